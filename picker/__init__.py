@@ -1,0 +1,12 @@
+"""specpicker: measure speculative decoding, pick a strategy, emit deployable engine configs.
+
+    >>> from picker.workload import load_profile                      # doctest: +SKIP
+    >>> from picker.recommend import recommend                        # doctest: +SKIP
+    >>> rec = recommend(load_profile("profiles/chat-70b-h100.yaml"))  # doctest: +SKIP
+    >>> rec.decision.strategy                                         # doctest: +SKIP
+    'eagle3'
+
+Heavy libraries (torch, transformers, scikit-learn) are imported lazily, so the CLI starts fast.
+"""
+
+__version__ = "0.1.0"
