@@ -28,6 +28,7 @@ RESERVED_NAMES = frozenset({"none", "plain", "auto"})
 # draft_model: a small LM forward per draft token; target_layer: one target-sized decoder layer
 # per draft step (EAGLE); heads: a few MLPs on the last hidden state (Medusa); cpu_lookup: a
 # host-side table lookup (prompt lookup); in_forward: the guesses ride in the target forward (lookahead).
+Artifact = Literal["draft_model", "eagle3_head", "medusa_heads"]
 DraftCost = Literal["draft_model", "target_layer", "heads", "cpu_lookup", "in_forward"]
 
 
@@ -41,6 +42,8 @@ class Capabilities:
     tree: bool = False                  # proposes token trees, verified with tree attention
     deterministic_draft: bool = False   # p is one-hot (n-gram, lookahead): accept d with prob q(d)
     draft_cost: DraftCost = "draft_model"  # what one draft step costs, for the cost model
+    # What the deployment must supply (the workload profile's `drafters` section), if anything.
+    artifact: Artifact | None = None
     # Engine name -> the engine's own name for this algorithm, or None where the engine has none.
     engines: dict[str, str | None] = field(default_factory=dict)
 
@@ -67,6 +70,7 @@ class StrategyPlugin:
                 "tree": caps.tree,
                 "deterministic_draft": caps.deterministic_draft,
                 "draft_cost": caps.draft_cost,
+                "artifact": caps.artifact,
                 "engines": dict(caps.engines),
             },
         }

@@ -5,5 +5,5 @@ from picker.plugins import Capabilities, StrategyPlugin
 PLUGIN = StrategyPlugin(
     name="vanilla",
     summary="A separate small draft model with the same tokenizer proposes a chain (Leviathan 2023).",
-    capabilities=Capabilities(needs_draft_model=True, draft_cost="draft_model", engines={"sglang": "STANDALONE", "vllm": "draft_model", "tensorrt_llm": "DraftTarget", "llama_cpp": "draft-simple"}),
+    capabilities=Capabilities(needs_draft_model=True, artifact="draft_model", draft_cost="draft_model", engines={"sglang": "STANDALONE", "vllm": "draft_model", "tensorrt_llm": "DraftTarget", "llama_cpp": "draft-simple"}),
 )

@@ -1,0 +1,259 @@
+"""From scored options to the Recommendation: the deployed setting, its temperature switch and
+batch schedule, per-task table, alternatives, engine configs, rollout and evidence.
+
+    >>> from picker.decide import merge_schedule
+    >>> merge_schedule([(1, 4), (2, 4), (4, 3), (8, 0)])
+    [(1, 2, 4), (3, 4, 3), (5, None, 0)]
+"""
+
+from __future__ import annotations
+
+from picker.engine_configs import ScheduleEntry, build_engine_configs
+from picker.recommend import NOT_WORTH_IT, TEMPERATURE_GRID, Bucket, Option, Scorer, harmonic
+from picker.recommendation import (
+    BatchRange, Candidate, Decision, Evidence, Recommendation, RolloutStep, SpeedupRange,
+    TaskRow, TemperatureSwitch, TreeShape,
+)
+from policies import analytic
+
+SCHEDULE_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+ALTERNATIVES = 8
+
+
+def merge_schedule(points: list[tuple[int, int]]) -> list[tuple[int, int | None, int]]:
+    """(batch, K) at grid points → contiguous ranges (min, max, K); point b_i covers (b_{i-1}, b_i]."""
+    ranges: list[list] = []
+    prev = 0
+    for batch, k in points:
+        if ranges and ranges[-1][2] == k:
+            ranges[-1][1] = batch
+        else:
+            ranges.append([prev + 1, batch, k])
+        prev = batch
+    if ranges:
+        ranges[-1][1] = None  # the last range is open-ended
+    return [tuple(r) for r in ranges]  # type: ignore[misc]
+
+
+def _family(options: list[Option], chosen: Option) -> list[Option]:
+    """Configurations a schedule may switch between: same strategy, same branching."""
+    return [o for o in options if o.plugin.name == chosen.plugin.name and o.config.topk == chosen.config.topk]
+
+
+def _speedup_at(scorer: Scorer, opt: Option, bs: list[Bucket], batch: int | None = None,
+                temperature: float | None = None, which: int = 0) -> float:
+    """Workload speedup of ``opt`` with the batch and/or temperature pinned (weights kept)."""
+    pairs = []
+    for b in bs:
+        b2 = Bucket(b.task, batch or b.batch, b.temperature if temperature is None else temperature, b.weight)
+        pairs.append((b.weight, scorer.bucket_speedup(opt, b2)[which]))
+    return harmonic(pairs)
+
+
+def temperature_switch(scorer: Scorer, opt: Option, bs: list[Bucket]) -> TemperatureSwitch:
+    for t in TEMPERATURE_GRID:
+        if _speedup_at(scorer, opt, bs, temperature=t) < 1.0:
+            return TemperatureSwitch(above=round(max(t - 0.1, 0.0), 1), action="disable",
+                                     reason=f"predicted speedup falls below 1.0x at temperature {t:g}")
+    return TemperatureSwitch(above=None, action="none",
+                             reason="predicted speedup stays above 1.0x up to temperature 2")
+
+
+def batch_schedule(scorer: Scorer, options: list[Option], chosen: Option, bs: list[Bucket],
+                   switch: TemperatureSwitch) -> list[BatchRange]:
+    family = _family(options, chosen)
+    kept = [b for b in bs if switch.above is None or b.temperature <= switch.above] or bs
+    points, best_s = [], {}
+    for batch in SCHEDULE_BATCHES:
+        best = max(family, key=lambda o: _speedup_at(scorer, o, kept, batch=batch))
+        s = _speedup_at(scorer, best, kept, batch=batch)
+        k = best.config.depth if s >= 1.0 else 0
+        points.append((batch, k))
+        best_s[batch] = s if k else 1.0
+    out = []
+    for lo, hi, k in merge_schedule(points):
+        grid = [b for b in SCHEDULE_BATCHES if b >= lo and (hi is None or b <= hi)]
+        out.append(BatchRange(min_batch=lo, max_batch=hi, num_speculative_tokens=k,
+                              predicted_speedup=round(min(best_s[b] for b in grid), 3)))
+    return out
+
+
+def _policy_speedups(scorer: Scorer, options: list[Option], chosen: Option, bs: list[Bucket],
+                     switch: TemperatureSwitch, schedule: list[BatchRange]) -> SpeedupRange:
+    """Workload speedup of the deployed policy: schedule by batch, off above the switch."""
+    family = {o.config.depth: o for o in _family(options, chosen) if o.config.topk == chosen.config.topk}
+    family[chosen.config.depth] = chosen
+    out = []
+    for which in range(3):
+        pairs = []
+        for b in bs:
+            k = next(r.num_speculative_tokens for r in schedule
+                     if r.min_batch <= b.batch and (r.max_batch is None or b.batch <= r.max_batch))
+            off = k == 0 or (switch.above is not None and b.temperature > switch.above)
+            s = 1.0 if off else scorer.bucket_speedup(family.get(k, chosen), b)[which]
+            pairs.append((b.weight, s))
+        out.append(harmonic(pairs))
+    return SpeedupRange(mean=round(out[0], 3), low=round(min(out), 3), high=round(max(out), 3))
+
+
+def _tree(opt: Option) -> TreeShape | None:
+    c = opt.config
+    return TreeShape(depth=c.depth, topk=c.topk, num_draft_tokens=c.num_draft_tokens) if c.is_tree else None
+
+
+def _candidate(scorer: Scorer, opt: Option, batch: int) -> Candidate:
+    return Candidate(
+        strategy=opt.plugin.name, num_speculative_tokens=opt.config.depth, tree=_tree(opt),
+        predicted_speedup=SpeedupRange(mean=round(opt.mean, 3), low=round(opt.low, 3), high=round(opt.high, 3)),
+        break_even_alpha=round(analytic.break_even(opt.config, scorer.cost(opt, batch)), 3),
+        feasible=opt.feasible, engine_supported=opt.engine_supported, notes=opt.notes)
+
+
+def per_task_rows(scorer: Scorer, options: list[Option], chosen: Option | None, bs: list[Bucket]) -> list[TaskRow]:
+    rows = []
+    for task in dict.fromkeys(b.task for b in bs):
+        tb = [b for b in bs if b.task == task]
+        weight = sum(b.weight for b in tb)
+        usable = [o for o in options if o.deployable]
+        best = max(usable, key=lambda o: _speedup_at(scorer, o, tb)) if usable else None
+        if best is None:
+            continue
+        s = [_speedup_at(scorer, best, tb, which=i) for i in range(3)]
+        temps = [b.temperature for b in tb]
+        t_mid = sorted(temps)[len(temps) // 2]
+        a = scorer.alpha(best.plugin.name, task, t_mid)
+        rows.append(TaskRow(
+            task=task, weight=round(weight, 4), strategy=best.plugin.name, alpha=round(a.mean, 3),
+            alpha_range=(round(a.low, 3), round(a.high, 3)), evidence=a.source,  # type: ignore[arg-type]
+            predicted_speedup=SpeedupRange(mean=round(s[0], 3), low=round(min(s), 3), high=round(max(s), 3)),
+            deployed_speedup=round(_speedup_at(scorer, chosen, tb), 3) if chosen else 1.0))
+    return rows
+
+
+def alternatives(scorer: Scorer, options: list[Option], batch: int) -> list[Candidate]:
+    """The best configuration of every strategy, ranked; undeployable ones say why."""
+    best: dict[str, Option] = {}
+    for o in options:
+        if o.plugin.name not in best or o.mean > best[o.plugin.name].mean:
+            best[o.plugin.name] = o
+    ranked = sorted(best.values(), key=lambda o: (not o.deployable, -o.mean))
+    return [_candidate(scorer, o, batch) for o in ranked[:ALTERNATIVES]]
+
+
+def rollout(strategy: str, break_even: float, itl_p99: float | None) -> list[RolloutStep]:
+    slo = f" and under the {itl_p99:g} ms SLO" if itl_p99 else ""
+    steps = [
+        ("baseline", "Run without speculation; record tokens/s, p50 and p99 inter-token latency per task.",
+         "a baseline of at least a few thousand requests per task type"),
+        ("enable on a canary", f"Enable {strategy} with the config below on one replica or ~5% of traffic.",
+         "no errors; greedy (T=0) outputs identical to the baseline on a fixed prompt set"),
+        ("measure alpha", "Measure per-token acceptance per task on live traffic "
+         "(`specpick profile --backend <engine> --url ...`).",
+         f"alpha >= break-even {break_even:.2f} for every task with real traffic; otherwise turn it off "
+         "for that traffic or re-run `specpick recommend --measurements`"),
+        ("watch tail latency", "Compare p99 inter-token latency with the baseline at the same load.",
+         f"p99 ITL within 5% of the baseline{slo}; a rejected step costs a whole verify"),
+        ("ramp", "Ramp 25% -> 50% -> 100%, keeping a one-flag rollback.",
+         "each stage holds the alpha and p99 gates for a full traffic cycle (a day)"),
+        ("keep measuring", "Re-profile when the traffic mix, temperature or batch size drifts.",
+         "alpha stays above break-even; the SDK Controller switches off below it"),
+    ]
+    return [RolloutStep(step=i + 1, name=n, action=a, gate=g) for i, (n, a, g) in enumerate(steps)]
+
+
+def _engine_configs(scorer: Scorer, chosen: Option, schedule: list[BatchRange]) -> dict:
+    d = scorer.profile.drafters
+    art = chosen.caps.artifact
+    spec = getattr(d, art, None) if art else None
+    path = None
+    if art is not None:
+        path = (getattr(spec, "path", None) or getattr(spec, "name", None)) if spec else f"<trained {art}>"
+    sched = [ScheduleEntry(r.min_batch, r.max_batch, r.num_speculative_tokens) for r in schedule]
+    c = chosen.config
+    return build_engine_configs(
+        strategy=chosen.plugin.name, engines=chosen.caps.engines, num_speculative_tokens=c.depth,
+        tree=(c.depth, c.topk, c.num_draft_tokens), schedule=sched, draft_path=path)
+
+
+def _evidence(scorer: Scorer, chosen: Option | None, bs: list[Bucket]) -> Evidence:
+    names = [chosen.plugin.name] if chosen else sorted({k[0] for k in scorer._alpha})
+    used = [scorer.alpha(n, b.task, b.temperature) for n in names for b in bs]
+    sources = {a.source for a in used}
+    source = "mixed" if len(sources) > 1 else (sources.pop() if sources else "prior")
+    citations = sorted({c for a in used for c in a.citations})
+    notes = [
+        "alpha is per-token acceptance (accepted drafts / proposed drafts); E[L] counts the bonus token",
+        "costs come from a roofline of the target on the profile's hardware with engine efficiencies "
+        "that are assumptions until calibrated (policies/roofline.py)",
+        "tree E[L] assumes the i-th ranked child accepts with alpha*(1-alpha)^(i-1) (Sequoia-style positional model)",
+    ]
+    return Evidence(source=source, citations=citations, notes=notes)  # type: ignore[arg-type]
+
+
+def _typical_batch(bs: list[Bucket]) -> int:
+    weights: dict[int, float] = {}
+    for b in bs:
+        weights[b.batch] = weights.get(b.batch, 0.0) + b.weight
+    return max(weights, key=lambda k: weights[k])
+
+
+def decide(scorer: Scorer, options: list[Option], bs: list[Bucket], *, path: str = "") -> Recommendation:
+    profile = scorer.profile
+    usable = sorted((o for o in options if o.deployable), key=lambda o: (-o.mean, -o.low))
+    chosen = usable[0] if usable and usable[0].mean >= NOT_WORTH_IT else None
+    batch = _typical_batch(bs)
+    rationale, warnings = [], []
+    if chosen is None:
+        why = ("no strategy is deployable on this profile" if not usable else
+               f"the best option ({usable[0].plugin.name}, {usable[0].config.label}) predicts only "
+               f"{usable[0].mean:.2f}x")
+        rationale.append(f"Leave speculation off: {why}.")
+        decision = Decision(strategy="none", num_speculative_tokens=0, tree=None,
+                            temperature_switch=TemperatureSwitch(above=None, action="none", reason=why),
+                            batch_schedule=[BatchRange(min_batch=1, max_batch=None, num_speculative_tokens=0,
+                                                       predicted_speedup=1.0)])
+        return Recommendation(
+            profile=path or profile.name, engine=profile.engine.name, decision=decision,
+            predicted_speedup=SpeedupRange(mean=1.0, low=1.0, high=1.0), break_even_alpha=1.0,
+            per_task=per_task_rows(scorer, options, None, bs), alternatives=alternatives(scorer, options, batch),
+            engine_configs={}, rollout=rollout("speculation", 1.0, profile.slo.itl_p99_ms),
+            evidence=_evidence(scorer, None, bs), rationale=rationale, warnings=warnings)
+
+    switch = temperature_switch(scorer, chosen, bs)
+    schedule = batch_schedule(scorer, options, chosen, bs, switch)
+    predicted = _policy_speedups(scorer, options, chosen, bs, switch, schedule)
+    be = analytic.break_even(chosen.config, scorer.cost(chosen, batch))
+    rationale += _rationale(scorer, chosen, usable, switch, schedule, batch, be)
+    warnings += [n for n in chosen.notes]
+    if not chosen.caps.engines.get(profile.engine.name):
+        warnings.append(f"{profile.engine.name} cannot run {chosen.plugin.name}")
+    decision = Decision(strategy=chosen.plugin.name, num_speculative_tokens=chosen.config.depth,  # type: ignore[arg-type]
+                        tree=_tree(chosen), temperature_switch=switch, batch_schedule=schedule)
+    return Recommendation(
+        profile=path or profile.name, engine=profile.engine.name, decision=decision,
+        predicted_speedup=predicted, break_even_alpha=round(be, 3),
+        per_task=per_task_rows(scorer, options, chosen, bs), alternatives=alternatives(scorer, options, batch),
+        engine_configs=_engine_configs(scorer, chosen, schedule),
+        rollout=rollout(chosen.plugin.name, be, profile.slo.itl_p99_ms),
+        evidence=_evidence(scorer, chosen, bs), rationale=rationale, warnings=warnings)
+
+
+def _rationale(scorer: Scorer, chosen: Option, usable: list[Option], switch: TemperatureSwitch,
+               schedule: list[BatchRange], batch: int, be: float) -> list[str]:
+    cost = scorer.cost(chosen, batch)
+    out = [
+        f"{chosen.plugin.name} with {chosen.config.label} has the best token-weighted speedup over the "
+        f"workload ({chosen.mean:.2f}x, range {chosen.low:.2f}-{chosen.high:.2f}x).",
+        f"At the typical batch of {batch}, one step costs {cost.step_ratio:.2f} plain forwards "
+        f"(draft c={cost.cost_ratio:.3f} per token, verify {cost.verify_ratio:.2f}x, {cost.bound}-bound); "
+        f"it pays while alpha >= {be:.2f}.",
+    ]
+    runner = next((o for o in usable if o.plugin.name != chosen.plugin.name), None)
+    if runner is not None:
+        out.append(f"Runner-up: {runner.plugin.name} ({runner.config.label}) at {runner.mean:.2f}x.")
+    off = [r for r in schedule if r.num_speculative_tokens == 0]
+    if off:
+        out.append(f"From batch {off[0].min_batch} up, verification is no longer free enough: speculation off.")
+    if switch.above is not None:
+        out.append(f"Above temperature {switch.above:g} acceptance drops too far: {switch.reason}.")
+    return out

@@ -1,0 +1,69 @@
+"""Measured acceptance cells (the profiler's ``summary.json``), read at the edge into pydantic.
+
+    {"cells": [{"task": "code", "strategy": "ngram", "temperature": 0.0, "alpha": 0.62,
+                "alpha_ci": [0.58, 0.66], "samples": 1200, "num_draft_tokens": 4}]}
+
+``alpha`` is per-token acceptance: accepted drafts / proposed drafts (the bonus token excluded).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from picker.errors import UserError
+
+TEMPERATURE_MATCH = 0.15  # a measured cell stands for temperatures within this distance
+
+
+class Cell(BaseModel):
+    model_config = ConfigDict(extra="allow")  # the profiler adds fields (cost, per-position, ...)
+
+    task: str
+    strategy: str
+    temperature: float = Field(ge=0, le=2)
+    alpha: float = Field(ge=0, le=1)
+    alpha_ci: tuple[float, float]
+    samples: int = Field(ge=0)
+    num_draft_tokens: int | None = None
+    per_position: list[float] | None = None
+    cost_ratio: float | None = None
+
+
+class Measurements(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    cells: list[Cell]
+    source: str = ""
+
+    def lookup(self, strategy: str, task: str, temperature: float) -> Cell | None:
+        """The measured cell nearest in temperature (within ``TEMPERATURE_MATCH``), most samples first."""
+        near = [c for c in self.cells if c.strategy == strategy and c.task == task
+                and abs(c.temperature - temperature) <= TEMPERATURE_MATCH]
+        if not near:
+            return None
+        return min(near, key=lambda c: (abs(c.temperature - temperature), -c.samples))
+
+
+def load_measurements(path: str | Path) -> Measurements:
+    """Read a profiler summary; any problem is one :class:`UserError` naming the file and field."""
+    name = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError("file not found", file=name) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"cannot read: {exc.__class__.__name__}", file=name) from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"malformed JSON at line {exc.lineno} column {exc.colno}", file=name) from None
+    try:
+        out = Measurements.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"])
+        raise UserError(err["msg"], file=name, field=field) from None
+    return out.model_copy(update={"source": name})

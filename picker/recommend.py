@@ -1,0 +1,226 @@
+"""`specpick recommend`: score every feasible configuration against a workload and decide.
+
+The decision is one deployable setting (engines run one algorithm at a time), plus a temperature
+switch and a batch-size schedule; every predicted speedup carries a range from the α range.
+
+    >>> from picker.workload import load_profile
+    >>> rec = recommend(load_profile("profiles/code-assistant-8b-a100.yaml"))   # doctest: +SKIP
+    >>> rec.decision.strategy, rec.predicted_speedup.mean                        # doctest: +SKIP
+    ('eagle3', 2.4)
+
+Workload speedup is token-weighted: S = 1 / Σ_b w_b / S_b over (task × concurrency × temperature)
+buckets b, since the time to emit the workload's tokens is what the deployment saves.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from picker.measurements import Measurements
+from picker.plugins import Capabilities, StrategyPlugin, load_strategies
+from picker.workload import WorkloadProfile
+from policies import analytic
+from policies.analytic import Config, CostContext
+from policies.costmodel import eagle_layer_shape, medusa_heads_shape
+from policies.priors import load_priors
+from policies.roofline import ModelShape
+
+NOT_WORTH_IT = 1.02  # below this predicted workload speedup, recommend leaving speculation off
+BATCH_GRID = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+TEMPERATURE_GRID = tuple(round(0.1 * i, 1) for i in range(21))
+DEFAULT_MEDUSA_HEADS = 4  # Medusa-1 ships 4-5 heads (Cai et al. 2024); used when heads are to be trained
+
+
+@dataclass(frozen=True)
+class Alpha:
+    """Per-token acceptance for one (strategy, task, temperature), with where it came from."""
+
+    mean: float
+    low: float
+    high: float
+    source: str  # "measured" | "prior"
+    citations: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Bucket:
+    task: str
+    batch: int
+    temperature: float
+    weight: float
+
+
+@dataclass
+class Option:
+    """A strategy with one configuration, scored over the workload."""
+
+    plugin: StrategyPlugin
+    config: Config
+    feasible: bool
+    engine_supported: bool
+    notes: list[str] = field(default_factory=list)
+    mean: float = 0.0
+    low: float = 0.0
+    high: float = 0.0
+
+    @property
+    def caps(self) -> Capabilities:
+        return self.plugin.capabilities
+
+    @property
+    def deployable(self) -> bool:
+        return self.feasible and self.engine_supported
+
+
+class Scorer:
+    """Speedups of options on buckets, with the α evidence and step costs cached."""
+
+    def __init__(self, profile: WorkloadProfile, measurements: Measurements | None) -> None:
+        self.profile = profile
+        self.measurements = measurements
+        self.priors = load_priors()
+        self.ctx = cost_context(profile)
+        self._alpha: dict[tuple[str, str, float], Alpha] = {}
+        self._cost: dict[tuple[str, Config, int], object] = {}
+
+    def alpha(self, strategy: str, task: str, temperature: float) -> Alpha:
+        key = (strategy, task, temperature)
+        if key not in self._alpha:
+            cell = self.measurements.lookup(strategy, task, temperature) if self.measurements else None
+            if cell is not None:
+                lo, hi = cell.alpha_ci
+                self._alpha[key] = Alpha(cell.alpha, lo, hi, "measured", (self.measurements.source,))
+            else:
+                p = self.priors.lookup(strategy, task, temperature)
+                self._alpha[key] = Alpha(p.alpha, p.alpha_low, p.alpha_high, "prior", tuple(p.citations))
+        return self._alpha[key]
+
+    def cost(self, option: Option, batch: int):  # -> StepCost
+        key = (option.plugin.name, option.config, batch)
+        if key not in self._cost:
+            self._cost[key] = analytic.config_cost(option.caps, option.config, self.ctx, batch)
+        return self._cost[key]
+
+    def bucket_speedup(self, option: Option, bucket: Bucket) -> tuple[float, float, float]:
+        a = self.alpha(option.plugin.name, bucket.task, bucket.temperature)
+        cost = self.cost(option, bucket.batch)
+        return tuple(analytic.speedup(option.config, x, cost) for x in (a.mean, a.low, a.high))  # type: ignore[return-value]
+
+
+def harmonic(weights_and_speedups: list[tuple[float, float]]) -> float:
+    """Token-weighted workload speedup: total plain time over total speculative time."""
+    total = sum(w for w, _ in weights_and_speedups)
+    return total / sum(w / s for w, s in weights_and_speedups) if total > 0 else 1.0
+
+
+def representative_batch(low: int, high: int) -> int:
+    """One batch size standing for a concurrency range (its geometric middle)."""
+    return max(1, round(math.sqrt(low * high)))
+
+
+def buckets(profile: WorkloadProfile) -> list[Bucket]:
+    t = profile.traffic
+    out = []
+    for task, wt in t.task_weights().items():
+        if wt <= 0:
+            continue
+        for c in t.concurrency:
+            for temp in t.temperature:
+                w = wt * c.weight * temp.weight
+                if w > 0:
+                    out.append(Bucket(task, representative_batch(c.low, c.high), temp.value, w))
+    return out
+
+
+def shape_of(resolved) -> ModelShape:  # ResolvedModelShape -> roofline ModelShape
+    return ModelShape(**resolved.roofline_kwargs(), name=resolved.name)
+
+
+def cost_context(profile: WorkloadProfile) -> CostContext:
+    target = shape_of(profile.model_shape())
+    draft = None
+    dm = profile.drafters.draft_model
+    if dm is not None:
+        draft = ModelShape.from_params(dm.params_b * 1e9, target.bytes_per_param)
+    t = profile.traffic
+    context = int(t.prompt_tokens.expected() + t.output_tokens.expected() / 2)
+    return CostContext(target, profile.hardware.spec(), profile.engine.name, context,
+                       profile.hardware.count, draft)
+
+
+def artifact_memory_gib(caps: Capabilities, profile: WorkloadProfile, target: ModelShape) -> float:
+    """Memory per accelerator the strategy's artifact needs (weights only; drafts keep a small cache)."""
+    d = profile.drafters
+    if caps.artifact == "draft_model" and d.draft_model is not None:
+        size = d.draft_model.params_b * 1e9 * target.bytes_per_param
+    elif caps.artifact == "eagle3_head":
+        size = eagle_layer_shape(target).weight_bytes
+    elif caps.artifact == "medusa_heads":
+        heads = d.medusa_heads.num_heads if d.medusa_heads else DEFAULT_MEDUSA_HEADS
+        size = medusa_heads_shape(target, heads).weight_bytes
+    else:
+        return 0.0
+    return size / profile.hardware.count / 2**30
+
+
+def feasibility(plugin: StrategyPlugin, profile: WorkloadProfile, target: ModelShape) -> tuple[bool, list[str]]:
+    """Can this deployment run the strategy at all: artifact present (or trainable), memory, allowed."""
+    caps, d, notes = plugin.capabilities, profile.drafters, []
+    allowed = getattr(d, f"allow_{plugin.name}", True)  # the profile's own per-strategy switches
+    if not allowed:
+        return False, ["disabled in the profile (drafters.allow_" + plugin.name + ": false)"]
+    if caps.artifact is not None and getattr(d, caps.artifact) is None:
+        if caps.artifact == "draft_model" or not d.can_train_heads:
+            return False, [f"needs drafters.{caps.artifact}, which the profile does not provide"]
+        notes.append(f"needs {caps.artifact.replace('_', ' ')} trained first (training budget "
+                     f"{d.training_budget_gpu_hours:g} GPU-hours)")
+    need = artifact_memory_gib(caps, profile, target)
+    if need > profile.memory_headroom_gib:
+        return False, [f"needs {need:.1f} GiB per accelerator, headroom is {profile.memory_headroom_gib:g} GiB"]
+    return True, notes
+
+
+def options_for(profile: WorkloadProfile, plugins: dict[str, StrategyPlugin], target: ModelShape) -> list[Option]:
+    out = []
+    for plugin in plugins.values():
+        caps = plugin.capabilities
+        feasible, notes = feasibility(plugin, profile, target)
+        supported = caps.engines.get(profile.engine.name) is not None
+        if not supported:
+            notes = [*notes, f"{profile.engine.name} has no algorithm for it"]
+        max_depth = None
+        if caps.artifact == "medusa_heads":
+            heads = profile.drafters.medusa_heads
+            max_depth = heads.num_heads if heads else DEFAULT_MEDUSA_HEADS
+        for config in analytic.configs_for(caps, max_depth):
+            out.append(Option(plugin, config, feasible, supported, list(notes)))
+    return out
+
+
+def score_all(scorer: Scorer, options: list[Option], bs: list[Bucket]) -> None:
+    """Fill each option's workload speedup (mean, low, high), respecting the p99 ITL SLO."""
+    slo = scorer.profile.slo.itl_p99_ms
+    for opt in options:
+        per = [(b.weight, scorer.bucket_speedup(opt, b)) for b in bs]
+        opt.mean = harmonic([(w, s[0]) for w, s in per])
+        opt.low = harmonic([(w, s[1]) for w, s in per])
+        opt.high = harmonic([(w, s[2]) for w, s in per])
+        if slo is not None:
+            # A step that accepts nothing emits one token: its whole time is one inter-token gap.
+            step_ms = 1e3 * max(scorer.cost(opt, b.batch).draft_seconds + scorer.cost(opt, b.batch).verify_seconds
+                                for b in bs)
+            if step_ms > slo and opt.feasible:
+                opt.feasible = False
+                opt.notes.append(f"a rejected step takes {step_ms:.0f} ms > p99 ITL SLO {slo:g} ms")
+
+
+def recommend(profile: WorkloadProfile, measurements: Measurements | None = None, *, path: str = ""):
+    """Build the :class:`~picker.recommendation.Recommendation` for ``profile``."""
+    from picker.decide import decide  # the decision and its rendering into the contract
+
+    scorer = Scorer(profile, measurements)
+    bs = buckets(profile)
+    options = options_for(profile, load_strategies(), scorer.ctx.target)
+    score_all(scorer, options, bs)
+    return decide(scorer, options, bs, path=path)

@@ -1,0 +1,134 @@
+"""The analytic policy: enumerate configurations a strategy can run, and score them.
+
+Pure cost model, no training data: E[L] from the acceptance model (chain or best tree under
+Sequoia's positional assumption) over the roofline step cost of ``policies.costmodel``.
+Everything here branches on declared capabilities, never on a strategy's name.
+
+    >>> from picker.plugins import Capabilities
+    >>> caps = Capabilities(needs_draft_model=True)
+    >>> [c.label for c in configs_for(caps)][:3]
+    ['N=1', 'N=2', 'N=3']
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from picker.plugins import Capabilities
+from policies import theory
+from policies.costmodel import LOOKAHEAD_GUESSES, LOOKAHEAD_WINDOW, StepCost, predict_speedup, step_cost
+from policies.roofline import HardwareLike, ModelShape
+
+MAX_CHAIN = 8
+TREE_DEPTHS = (3, 4, 5, 6, 8)
+TREE_TOPKS = (2, 4, 8)
+TREE_TOKENS = (8, 16, 32, 64)  # SGLang's num_draft_tokens: tree nodes + the root
+
+
+@dataclass(frozen=True)
+class Config:
+    """One runnable configuration: a chain of ``depth`` drafts, or a tree (depth, topk, tokens)."""
+
+    depth: int
+    topk: int = 1
+    num_draft_tokens: int = 0  # tree nodes + root; for a chain: depth + 1
+
+    @property
+    def nodes(self) -> int:
+        return self.num_draft_tokens - 1
+
+    @property
+    def is_tree(self) -> bool:
+        return self.topk > 1
+
+    @property
+    def label(self) -> str:
+        if not self.is_tree:
+            return f"N={self.depth}"
+        return f"tree(depth={self.depth}, topk={self.topk}, tokens={self.num_draft_tokens})"
+
+
+def chain(n: int) -> Config:
+    return Config(depth=n, topk=1, num_draft_tokens=n + 1)
+
+
+def configs_for(caps: Capabilities, max_depth: int | None = None) -> list[Config]:
+    """Every configuration the strategy can run: chains, plus trees where it declares ``tree``.
+
+    ``max_depth`` caps the depth (Medusa cannot draft deeper than its number of heads).
+    """
+    top = min(MAX_CHAIN, max_depth) if max_depth else MAX_CHAIN
+    out = [chain(n) for n in range(1, top + 1)]
+    if caps.tree:
+        for depth in TREE_DEPTHS:
+            if max_depth and depth > max_depth:
+                continue
+            for topk in TREE_TOPKS:
+                for tokens in TREE_TOKENS:
+                    # SGLang's rule: the tree must be able to hold the tokens.
+                    if depth + 1 < tokens <= depth * topk + 1:
+                        out.append(Config(depth, topk, tokens))
+    return out
+
+
+@lru_cache(maxsize=65536)
+def _tree_length(alpha: float, depth: int, topk: int, nodes: int) -> float:
+    parents, accept = theory.best_tree(theory.sibling_acceptance(alpha, topk), nodes, max_depth=depth)
+    return theory.expected_length_tree(parents, accept)
+
+
+def expected_length(config: Config, alpha: float) -> float:
+    """E[L] (tokens per verify, bonus included) for i.i.d. per-token acceptance ``alpha``.
+
+    Trees use the best ``nodes``-node tree of the given depth and top-k where the i-th ranked child
+    accepts with α(1−α)^(i−1) (``policies.theory.sibling_acceptance``): an approximation.
+    """
+    alpha = min(max(round(alpha, 3), 0.0), 1.0)  # rounding makes the cache effective
+    if not config.is_tree:
+        return float(theory.expected_length_iid(alpha, config.depth))
+    return _tree_length(alpha, config.depth, config.topk, config.nodes)
+
+
+def alpha_for_length(config: Config, tau: float) -> float:
+    """Invert :func:`expected_length`: the α at which this config reaches ``tau``."""
+    return theory.solve_alpha(lambda a: expected_length(config, a), tau)
+
+
+@dataclass(frozen=True)
+class CostContext:
+    """Everything about the deployment that the step cost depends on, except the batch size."""
+
+    target: ModelShape
+    hardware: HardwareLike
+    engine: str
+    context_len: int
+    num_devices: int = 1
+    draft: ModelShape | None = None
+
+
+def config_cost(caps: Capabilities, config: Config, ctx: CostContext, batch: int) -> StepCost:
+    """Seconds of one step of ``config`` at ``batch`` concurrent sequences."""
+    verify = config.num_draft_tokens
+    if caps.draft_cost == "in_forward":
+        # Lookahead: the Jacobi window and the guessed n-grams ride in the verify forward.
+        verify = 1 + (LOOKAHEAD_WINDOW + LOOKAHEAD_GUESSES) * config.depth
+    return step_cost(
+        caps.draft_cost, ctx.target, ctx.hardware, batch,
+        n_draft=config.nodes, num_verify_tokens=verify, context_len=ctx.context_len,
+        engine=ctx.engine, draft=ctx.draft, tree_depth=config.depth if config.is_tree else None,
+        num_devices=ctx.num_devices,
+    )
+
+
+def speedup(config: Config, alpha: float, cost: StepCost) -> float:
+    """Predicted tokens/s against plain decoding."""
+    return predict_speedup(expected_length(config, alpha), cost)
+
+
+def break_even(config: Config, cost: StepCost) -> float:
+    """The α below which this config is slower than plain decoding (1.0: it never pays)."""
+    need = cost.step_ratio
+    if expected_length(config, 1.0) < need:
+        return 1.0
+    return alpha_for_length(config, need)
