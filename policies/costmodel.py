@@ -1,0 +1,346 @@
+"""Per-strategy step costs on top of the roofline, and the ``specpick estimate`` computation.
+
+A speculative step = draft (cost set by the strategy's declared ``Capabilities.draft_cost``) +
+one target verify forward over N+1 tokens per sequence. Against plain decoding (one 1-token
+forward per token):
+
+    S = E[L] · T_plain / (T_draft + T_verify) = E[L] / (N·c + v)
+
+with c = T_draft / (N · T_plain) (draft cost per proposed token) and v = T_verify / T_plain.
+
+    >>> from types import SimpleNamespace
+    >>> h100 = SimpleNamespace(memory_bandwidth_gbps=3350.0, bf16_tflops=989.0)
+    >>> out = estimate("target_layer", model_params=8e9, hardware=h100, alpha=0.8,
+    ...                num_draft_tokens=4)
+    >>> round(out["expected_tokens_per_verify"], 3), out["breakdown"]["bound"]
+    (3.362, 'memory')
+    >>> 2.0 < out["speedup"] < 3.0
+    True
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any, Literal, cast, get_args
+
+from picker.plugins import DraftCost
+from policies import theory
+from policies.roofline import (
+    Bound,
+    EngineProfile,
+    HardwareLike,
+    ModelShape,
+    forward_time,
+    resolve_engine,
+)
+
+DRAFT_COSTS: tuple[str, ...] = get_args(DraftCost)  # one source of truth: picker.plugins
+
+# A separate draft (model or EAGLE layer) runs one extra forward per step over the tokens the target
+# just accepted, so its KV cache catches up (SGLang's "draft extend"; vLLM folds it into the first
+# draft forward, which this overcounts by one cheap forward).
+CATCH_UP_FORWARDS = 1
+# Lookahead decoding (Fu et al., arXiv:2402.02057): a forward carries a lookahead window of W
+# Jacobi branches and G guessed n-grams, each N-1 = n tokens long. W = G = 7 (with n-gram size 5)
+# is a commonly used configuration in Spec-Bench-style scripts; an assumption, not tuned here.
+LOOKAHEAD_WINDOW = 7
+LOOKAHEAD_GUESSES = 7
+# Without --draft-params, a separate draft is assumed ~100x smaller than the target
+# (Leviathan et al. 2023: "around two orders of magnitude smaller ... usually performed best").
+DEFAULT_DRAFT_FRACTION = 0.01
+# Search ranges when the user gives no N.
+MAX_CHAIN_DRAFT = 16
+MAX_TREE_NODES = 64
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """Seconds of one speculative step for the whole batch, and its ratios to a plain forward."""
+
+    kind: str
+    draft_seconds: float
+    verify_seconds: float
+    plain_seconds: float  # one 1-token target forward over the same batch
+    n_draft: int  # tokens proposed per sequence (chain length, or tree nodes without the root)
+    num_verify_tokens: int  # tokens per sequence in the verify forward
+    draft_steps: int  # sequential draft forwards (chain length or tree depth; 1 for heads)
+    bound: Bound  # what bounds the verify forward
+
+    @property
+    def cost_ratio(self) -> float:
+        """c: draft time per proposed token over one plain forward (0 with no drafts)."""
+        return self.draft_seconds / (self.n_draft * self.plain_seconds) if self.n_draft else 0.0
+
+    @property
+    def verify_ratio(self) -> float:
+        """v: verify forward over one plain forward."""
+        return self.verify_seconds / self.plain_seconds
+
+    @property
+    def step_ratio(self) -> float:
+        """(draft + verify) / plain = N·c + v: the E[L] a step must reach to break even."""
+        return (self.draft_seconds + self.verify_seconds) / self.plain_seconds
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.update(cost_ratio=self.cost_ratio, verify_ratio=self.verify_ratio)
+        return out
+
+
+def eagle_layer_shape(target: ModelShape) -> ModelShape:
+    """EAGLE's draft: one decoder layer of the target's width plus the LM head (full vocabulary;
+    EAGLE-3's reduced draft vocabulary and its 3h→h feature fusion are not modelled)."""
+    params = target.params_per_layer + target.vocab_size * target.hidden_size
+    return ModelShape(
+        params, 1, target.hidden_size, target.num_kv_heads, target.head_dim, target.vocab_size,
+        target.bytes_per_param, target.kv_bytes_per_elem, name=f"eagle-layer({target.name})",
+    )
+
+
+def medusa_heads_shape(target: ModelShape, num_heads: int) -> ModelShape:
+    """Medusa heads: each a residual h×h block plus its own h×vocab projection, all run once on
+    the last hidden state (no attention, no KV cache)."""
+    h = target.hidden_size
+    params = max(num_heads, 1) * (h * h + h * target.vocab_size)
+    return ModelShape(
+        params, 0, h, 0, target.head_dim, target.vocab_size,
+        target.bytes_per_param, target.kv_bytes_per_elem, name=f"medusa-heads({target.name})",
+    )
+
+
+def step_cost(
+    kind: DraftCost,
+    target: ModelShape,
+    hw: HardwareLike,
+    batch: int,
+    n_draft: int,
+    num_verify_tokens: int,
+    context_len: int,
+    engine: str | EngineProfile = "sglang",
+    draft: ModelShape | None = None,
+    tree_depth: int | None = None,
+    num_devices: int = 1,
+    *,
+    calibration: Mapping[str, float] | None = None,
+) -> StepCost:
+    """Cost of one step of a strategy whose draft cost kind is ``kind`` (``Capabilities.draft_cost``).
+
+    ``tree_depth`` (trees) sets the sequential draft steps; each step then drafts
+    ceil(n_draft / depth) tokens per sequence (EAGLE-2 expands its top-k nodes per depth).
+    """
+    if kind not in DRAFT_COSTS:
+        raise ValueError(f"unknown draft cost kind {kind!r}; known: {', '.join(DRAFT_COSTS)}")
+    if n_draft < 0 or num_verify_tokens < 1:
+        raise ValueError("n_draft must be >= 0 and num_verify_tokens >= 1")
+    profile = resolve_engine(engine, calibration)
+
+    def fwd(shape: ModelShape, tokens: int, role: Literal["target", "draft"]) -> float:
+        return forward_time(
+            shape, hw, batch, tokens, context_len, profile, num_devices, role=role).seconds
+
+    plain = fwd(target, 1, "target")
+    verify_cost = forward_time(target, hw, batch, num_verify_tokens, context_len, profile, num_devices)
+    steps = tree_depth if tree_depth is not None else n_draft
+    per_step = max(1, math.ceil(n_draft / steps)) if steps else 1
+    draft_s = 0.0
+    if kind in ("draft_model", "target_layer") and n_draft > 0:
+        if kind == "draft_model":
+            shape = draft if draft is not None else ModelShape.from_params(
+                target.params * DEFAULT_DRAFT_FRACTION, target.bytes_per_param)
+        else:
+            shape = eagle_layer_shape(target)
+        draft_s = steps * fwd(shape, per_step, "draft") + CATCH_UP_FORWARDS * fwd(shape, 1, "draft")
+    elif kind == "heads" and n_draft > 0:
+        heads = medusa_heads_shape(target, steps)
+        draft_s = forward_time(heads, hw, batch, 1, 0, profile, num_devices, role="draft").seconds
+        steps = 1
+    elif kind == "cpu_lookup" and n_draft > 0:
+        draft_s = batch * profile.lookup_s_per_seq
+        steps = 1
+    elif kind == "in_forward":
+        steps = 0  # the guesses ride in the verify forward: its extra tokens are the whole cost
+    return StepCost(kind, draft_s, verify_cost.seconds, plain, n_draft, num_verify_tokens,
+                    steps, verify_cost.bound)
+
+
+def predict_speedup(expected_length: float, cost: StepCost) -> float:
+    """S = E[L] · T_plain / (T_draft + T_verify) (tokens per second against plain decoding)."""
+    return expected_length * cost.plain_seconds / (cost.draft_seconds + cost.verify_seconds)
+
+
+def tree_for_alpha(alpha: float, topk: int, n_nodes: int) -> tuple[list[int], Any]:
+    """The best ``n_nodes`` tree when the i-th ranked child accepts with α·(1 − α)^(i−1).
+
+    Approximation (stated in every estimate): acceptance depends only on the sibling rank,
+    not on depth or context (Sequoia's positional assumption) and the rank decay is geometric
+    (:func:`policies.theory.sibling_acceptance`). With top-k = 1 it is the i.i.d. chain.
+    """
+    return theory.best_tree(theory.sibling_acceptance(alpha, topk), n_nodes)
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """How many tokens a step drafts and verifies, and E[L] as a function of α."""
+
+    n_draft: int
+    num_verify_tokens: int
+    depth: int | None
+    length_of_alpha: Callable[[float], float]
+
+
+def _layout(kind: str, n: int, topk: int | None, alpha_for_shape: float) -> _Layout:
+    if topk is not None and topk > 1:
+        def tree_length(a: float) -> float:
+            return theory.expected_length_tree(*tree_for_alpha(a, topk, n))
+        parents, _ = tree_for_alpha(alpha_for_shape, topk, n)
+        depth = int(theory.tree_depths(parents).max()) if parents else 0
+        return _Layout(n, n + 1, depth, tree_length)
+
+    def chain_length(a: float) -> float:
+        return float(theory.expected_length_iid(a, n))
+    verify = 1 + (LOOKAHEAD_WINDOW + LOOKAHEAD_GUESSES) * n if kind == "in_forward" else n + 1
+    return _Layout(n, verify, None, chain_length)
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    """One evaluated configuration: its layout, step cost, E[L] and predicted speedup."""
+
+    layout: _Layout
+    cost: StepCost
+    length: float
+    speedup: float
+
+
+def _evaluate(
+    kind: DraftCost, n: int, topk: int | None, alpha: float, ctx: dict[str, Any]
+) -> _Candidate:
+    layout = _layout(kind, n, topk, alpha)
+    cost = step_cost(kind, n_draft=layout.n_draft, num_verify_tokens=layout.num_verify_tokens,
+                     tree_depth=layout.depth, **ctx)
+    length = layout.length_of_alpha(alpha)
+    return _Candidate(layout, cost, length, predict_speedup(length, cost))
+
+
+def estimate(
+    kind: str,
+    *,
+    model_params: float,
+    hardware: HardwareLike | str,
+    alpha: float | None = None,
+    mean_accepted_tokens: float | None = None,
+    num_draft_tokens: int | None = None,
+    tree_topk: int | None = None,
+    draft_params: float | None = None,
+    engine: str = "sglang",
+    batch_size: int = 1,
+    context_len: int = 1024,
+    num_devices: int = 1,
+    bytes_per_param: float = 2.0,
+    calibration: Mapping[str, float] | None = None,
+) -> dict[str, Any]:
+    """Predicted speedup of one strategy configuration: the JSON behind ``specpick estimate``.
+
+    ``kind`` is the strategy's ``Capabilities.draft_cost``. Give exactly one of ``alpha`` (per-token
+    acceptance) or ``mean_accepted_tokens`` (τ, bonus included, measured at ``num_draft_tokens``).
+    ``num_draft_tokens`` is N, the tokens drafted per step (tree nodes without the root for a tree;
+    SGLang's ``--speculative-num-draft-tokens`` is N + 1); when omitted, the best N is searched.
+    ``tree_topk`` > 1 makes it a tree (see :func:`tree_for_alpha` for the approximation).
+    ``hardware`` is a catalog name (looked up in ``picker.hardware``) or an object with
+    ``memory_bandwidth_gbps`` and ``bf16_tflops``; ``context_len`` is tokens already cached.
+    Returns plain JSON types; ``assumptions`` lists every approximation the numbers rest on.
+    """
+    if (alpha is None) == (mean_accepted_tokens is None):
+        raise ValueError("give exactly one of alpha and mean_accepted_tokens")
+    if kind not in DRAFT_COSTS:
+        raise ValueError(f"unknown draft cost kind {kind!r}; known: {', '.join(DRAFT_COSTS)}")
+    draft_kind = cast(DraftCost, kind)
+    if isinstance(hardware, str):
+        from picker.hardware import get_hardware  # lazy: keeps the policy importable on its own
+
+        hardware = get_hardware(hardware)
+    target = ModelShape.from_params(model_params, bytes_per_param)
+    draft = None
+    notes = [f"target shape inferred from the {target.name} family (nearest published size)"]
+    if kind == "draft_model":
+        params = draft_params if draft_params is not None else model_params * DEFAULT_DRAFT_FRACTION
+        draft = ModelShape.from_params(params, bytes_per_param)
+        if draft_params is None:
+            notes.append(f"no draft size given: assumed {DEFAULT_DRAFT_FRACTION:g} x target params")
+    ctx = {"target": target, "hw": hardware, "batch": batch_size, "context_len": context_len,
+           "engine": resolve_engine(engine, calibration), "draft": draft, "num_devices": num_devices}
+
+    alpha = _resolve_alpha(kind, alpha, mean_accepted_tokens, num_draft_tokens, tree_topk, notes)
+    if num_draft_tokens is not None:
+        best = _evaluate(draft_kind, num_draft_tokens, tree_topk, alpha, ctx)
+    else:
+        top = MAX_TREE_NODES if tree_topk and tree_topk > 1 else MAX_CHAIN_DRAFT
+        candidates = [_evaluate(draft_kind, n, tree_topk, alpha, ctx) for n in range(1, top + 1)]
+        best = max(candidates, key=lambda r: r.speedup)
+        notes.append(f"num_draft_tokens searched over 1..{top}")
+    if tree_topk and tree_topk > 1:
+        notes.append("tree E[L]: i-th ranked child accepts with alpha*(1-alpha)^(i-1), best tree")
+    if kind == "in_forward":
+        notes.append(f"lookahead: verify carries (W+G)*N guess tokens, W={LOOKAHEAD_WINDOW}, "
+                     f"G={LOOKAHEAD_GUESSES}; alpha is the acceptance of the best guess")
+    return _report(kind, alpha, tree_topk, best, ctx, notes)
+
+
+def _resolve_alpha(
+    kind: str, alpha: float | None, tau: float | None, n: int | None, topk: int | None, notes: list[str]
+) -> float:
+    """α as given, or inverted from τ (bonus included) through this layout's E[L](α)."""
+    if alpha is None:
+        if n is None or tau is None:
+            raise ValueError("mean_accepted_tokens needs num_draft_tokens (the N it was measured at)")
+        layout = _layout(kind, n, topk, 0.5)
+        if not 1.0 <= tau <= layout.length_of_alpha(1.0):
+            raise ValueError(f"mean_accepted_tokens must lie in [1, {layout.length_of_alpha(1.0):g}]"
+                             " (it includes the bonus token)")
+        alpha = theory.solve_alpha(layout.length_of_alpha, float(tau))
+        notes.append("alpha inverted from the mean accepted length (bonus token included)")
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError("alpha must lie in [0, 1]")
+    return alpha
+
+
+def _report(
+    kind: str, alpha: float, topk: int | None, best: _Candidate, ctx: dict[str, Any],
+    notes: list[str],
+) -> dict[str, Any]:
+    cost, layout = best.cost, best.layout
+    profile: EngineProfile = ctx["engine"]
+    # The α where E[L](α) = N·c + v at this configuration's step cost (for a tree, the tree is
+    # re-optimised for each α while its draft depth stays that of the tree built for ``alpha``).
+    break_even = theory.solve_alpha(layout.length_of_alpha, cost.step_ratio)
+    tree = None
+    if layout.depth is not None:
+        tree = {"topk": topk, "num_draft_tokens": layout.n_draft, "depth": layout.depth}
+    return {
+        "strategy_kind": kind,
+        "engine": profile.name,
+        "engine_status": profile.status,
+        "target_shape": ctx["target"].name,
+        "draft_shape": ctx["draft"].name if ctx["draft"] is not None else None,
+        "batch_size": ctx["batch"],
+        "context_len": ctx["context_len"],
+        "alpha": float(alpha),
+        "num_draft_tokens": layout.n_draft,
+        "num_verify_tokens": layout.num_verify_tokens,
+        "tree": tree,
+        "expected_tokens_per_verify": float(best.length),
+        "cost_ratio": cost.cost_ratio,
+        "verify_ratio": cost.verify_ratio,
+        "speedup": float(best.speedup),
+        # 1.0 means no alpha < 1 pays at this batch size (see theory.break_even_alpha).
+        "break_even_alpha": float(break_even),
+        "breakdown": {
+            "verify_seconds": cost.verify_seconds,
+            "draft_seconds": cost.draft_seconds,
+            "plain_seconds": cost.plain_seconds,
+            "bound": cost.bound,
+        },
+        "assumptions": notes,
+    }
