@@ -36,8 +36,11 @@ def merge_schedule(points: list[tuple[int, int]]) -> list[tuple[int, int | None,
 
 
 def _family(options: list[Option], chosen: Option) -> list[Option]:
-    """Configurations a schedule may switch between: same strategy, same branching."""
-    return [o for o in options if o.plugin.name == chosen.plugin.name and o.config.topk == chosen.config.topk]
+    """Configurations a schedule may switch between: same strategy and branching, no deeper than the
+    deployed one (engines take the deployed length as the maximum: vLLM's num_speculative_tokens,
+    TensorRT-LLM's max_draft_len at the smallest schedule key)."""
+    return [o for o in options if o.plugin.name == chosen.plugin.name and o.config.topk == chosen.config.topk
+            and o.config.depth <= chosen.config.depth]
 
 
 def _speedup_at(scorer: Scorer, opt: Option, bs: list[Bucket], batch: int | None = None,
@@ -64,12 +67,21 @@ def batch_schedule(scorer: Scorer, options: list[Option], chosen: Option, bs: li
     family = _family(options, chosen)
     kept = [b for b in bs if switch.above is None or b.temperature <= switch.above] or bs
     points, best_s = [], {}
+    cap = chosen.config.depth
     for batch in SCHEDULE_BATCHES:
-        best = max(family, key=lambda o: _speedup_at(scorer, o, kept, batch=batch))
+        # Never lengthen as the batch grows: verification only gets dearer with more tokens in flight.
+        allowed = [o for o in family if o.config.depth <= cap] or family
+        best = max(allowed, key=lambda o: _speedup_at(scorer, o, kept, batch=batch))
         s = _speedup_at(scorer, best, kept, batch=batch)
         k = best.config.depth if s >= 1.0 else 0
+        cap = max(k, 1) if k else cap
         points.append((batch, k))
         best_s[batch] = s if k else 1.0
+    # Once off, stay off: a schedule that turns speculation back on at a larger batch is noise.
+    for i in range(1, len(points)):
+        if points[i - 1][1] == 0:
+            points[i] = (points[i][0], 0)
+            best_s[points[i][0]] = 1.0
     out = []
     for lo, hi, k in merge_schedule(points):
         grid = [b for b in SCHEDULE_BATCHES if b >= lo and (hi is None or b <= hi)]
@@ -121,7 +133,7 @@ def per_task_rows(scorer: Scorer, options: list[Option], chosen: Option | None, 
         s = [_speedup_at(scorer, best, tb, which=i) for i in range(3)]
         temps = [b.temperature for b in tb]
         t_mid = sorted(temps)[len(temps) // 2]
-        a = scorer.alpha(best.plugin.name, task, t_mid)
+        a = scorer.alpha(best.plugin, task, t_mid)
         rows.append(TaskRow(
             task=task, weight=round(weight, 4), strategy=best.plugin.name, alpha=round(a.mean, 3),
             alpha_range=(round(a.low, 3), round(a.high, 3)), evidence=a.source,  # type: ignore[arg-type]
@@ -175,9 +187,9 @@ def _engine_configs(scorer: Scorer, chosen: Option, schedule: list[BatchRange]) 
         tree=(c.depth, c.topk, c.num_draft_tokens), schedule=sched, draft_path=path)
 
 
-def _evidence(scorer: Scorer, chosen: Option | None, bs: list[Bucket]) -> Evidence:
-    names = [chosen.plugin.name] if chosen else sorted({k[0] for k in scorer._alpha})
-    used = [scorer.alpha(n, b.task, b.temperature) for n in names for b in bs]
+def _evidence(scorer: Scorer, options: list[Option], chosen: Option | None, bs: list[Bucket]) -> Evidence:
+    plugins = [chosen.plugin] if chosen else list({o.plugin.name: o.plugin for o in options}.values())
+    used = [scorer.alpha(p, b.task, b.temperature) for p in plugins for b in bs]
     sources = {a.source for a in used}
     source = "mixed" if len(sources) > 1 else (sources.pop() if sources else "prior")
     citations = sorted({c for a in used for c in a.citations})
@@ -217,10 +229,16 @@ def decide(scorer: Scorer, options: list[Option], bs: list[Bucket], *, path: str
             predicted_speedup=SpeedupRange(mean=1.0, low=1.0, high=1.0), break_even_alpha=1.0,
             per_task=per_task_rows(scorer, options, None, bs), alternatives=alternatives(scorer, options, batch),
             engine_configs={}, rollout=rollout("speculation", 1.0, profile.slo.itl_p99_ms),
-            evidence=_evidence(scorer, None, bs), rationale=rationale, warnings=warnings)
+            evidence=_evidence(scorer, options, None, bs), rationale=rationale, warnings=warnings)
 
     switch = temperature_switch(scorer, chosen, bs)
     schedule = batch_schedule(scorer, options, chosen, bs, switch)
+    k_max = max(r.num_speculative_tokens for r in schedule)
+    if 0 < k_max < chosen.config.depth:
+        # The schedule never uses the full depth: deploy the length it does use at small batches,
+        # so the engine's maximum (vLLM num_speculative_tokens, TRT max_draft_len) matches it.
+        chosen = max(_family(options, chosen), key=lambda o: (o.config.depth == k_max, o.mean))
+        schedule = batch_schedule(scorer, options, chosen, bs, switch)
     predicted = _policy_speedups(scorer, options, chosen, bs, switch, schedule)
     be = analytic.break_even(chosen.config, scorer.cost(chosen, batch))
     rationale += _rationale(scorer, chosen, usable, switch, schedule, batch, be)
@@ -235,7 +253,7 @@ def decide(scorer: Scorer, options: list[Option], bs: list[Bucket], *, path: str
         per_task=per_task_rows(scorer, options, chosen, bs), alternatives=alternatives(scorer, options, batch),
         engine_configs=_engine_configs(scorer, chosen, schedule),
         rollout=rollout(chosen.plugin.name, be, profile.slo.itl_p99_ms),
-        evidence=_evidence(scorer, chosen, bs), rationale=rationale, warnings=warnings)
+        evidence=_evidence(scorer, options, chosen, bs), rationale=rationale, warnings=warnings)
 
 
 def _rationale(scorer: Scorer, chosen: Option, usable: list[Option], switch: TemperatureSwitch,

@@ -83,17 +83,26 @@ class Scorer:
         self.ctx = cost_context(profile)
         self._alpha: dict[tuple[str, str, float], Alpha] = {}
         self._cost: dict[tuple[str, Config, int], object] = {}
+        self._speedup: dict[tuple[str, Config, str, int, float], tuple[float, float, float]] = {}
 
-    def alpha(self, strategy: str, task: str, temperature: float) -> Alpha:
-        key = (strategy, task, temperature)
+    def alpha(self, plugin: StrategyPlugin, task: str, temperature: float) -> Alpha:
+        """Top-1 per-token acceptance: measured where a cell exists, else the cited prior.
+
+        Published tree results give an equivalent-chain α that already contains the tree's sibling
+        gains; for strategies that draft trees we take the prior's chain α instead (EAGLE-1 Table 5
+        ratio) and let the tree model add the siblings back, so they are not counted twice.
+        """
+        key = (plugin.name, task, temperature)
         if key not in self._alpha:
-            cell = self.measurements.lookup(strategy, task, temperature) if self.measurements else None
+            cell = self.measurements.lookup(plugin.name, task, temperature) if self.measurements else None
             if cell is not None:
                 lo, hi = cell.alpha_ci
                 self._alpha[key] = Alpha(cell.alpha, lo, hi, "measured", (self.measurements.source,))
             else:
-                p = self.priors.lookup(strategy, task, temperature)
-                self._alpha[key] = Alpha(p.alpha, p.alpha_low, p.alpha_high, "prior", tuple(p.citations))
+                p = self.priors.lookup(plugin.name, task, temperature)
+                scale = p.alpha_chain / p.alpha if plugin.capabilities.tree and p.alpha > 0 else 1.0
+                self._alpha[key] = Alpha(p.alpha * scale, p.alpha_low * scale, min(p.alpha_high * scale, 1.0),
+                                         "prior", tuple(p.citations))
         return self._alpha[key]
 
     def cost(self, option: Option, batch: int):  # -> StepCost
@@ -103,9 +112,14 @@ class Scorer:
         return self._cost[key]
 
     def bucket_speedup(self, option: Option, bucket: Bucket) -> tuple[float, float, float]:
-        a = self.alpha(option.plugin.name, bucket.task, bucket.temperature)
-        cost = self.cost(option, bucket.batch)
-        return tuple(analytic.speedup(option.config, x, cost) for x in (a.mean, a.low, a.high))  # type: ignore[return-value]
+        """(mean, low, high) speedup of ``option`` on one bucket, from the α range."""
+        key = (option.plugin.name, option.config, bucket.task, bucket.batch, bucket.temperature)
+        if key not in self._speedup:
+            a = self.alpha(option.plugin, bucket.task, bucket.temperature)
+            cost = self.cost(option, bucket.batch)
+            self._speedup[key] = tuple(  # type: ignore[assignment]
+                analytic.speedup(option.config, x, cost) for x in (a.mean, a.low, a.high))
+        return self._speedup[key]
 
 
 def harmonic(weights_and_speedups: list[tuple[float, float]]) -> float:
@@ -145,7 +159,7 @@ def cost_context(profile: WorkloadProfile) -> CostContext:
         draft = ModelShape.from_params(dm.params_b * 1e9, target.bytes_per_param)
     t = profile.traffic
     context = int(t.prompt_tokens.expected() + t.output_tokens.expected() / 2)
-    return CostContext(target, profile.hardware.spec(), profile.engine.name, context,
+    return CostContext(target, profile.hardware.spec, profile.engine.name, context,
                        profile.hardware.count, draft)
 
 
