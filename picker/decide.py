@@ -86,7 +86,8 @@ def batch_schedule(scorer: Scorer, options: list[Option], chosen: Option, bs: li
     for lo, hi, k in merge_schedule(points):
         grid = [b for b in SCHEDULE_BATCHES if b >= lo and (hi is None or b <= hi)]
         out.append(BatchRange(min_batch=lo, max_batch=hi, num_speculative_tokens=k,
-                              predicted_speedup=round(min(best_s[b] for b in grid), 3)))
+                              predicted_speedup=round(best_s[grid[0]], 3),
+                              predicted_speedup_at_max_batch=round(best_s[grid[-1]], 3)))
     return out
 
 
@@ -143,16 +144,21 @@ def per_task_rows(scorer: Scorer, options: list[Option], chosen: Option | None, 
 
 
 def alternatives(scorer: Scorer, options: list[Option], batch: int) -> list[Candidate]:
-    """The best configuration of every strategy, ranked; undeployable ones say why."""
-    best: dict[str, Option] = {}
+    """Each strategy's best deployable configuration, ranked; then better configurations this
+    deployment cannot run (missing drafter, engine limits), each saying why."""
+    best: dict[tuple[str, bool], Option] = {}
     for o in options:
-        if o.plugin.name not in best or o.mean > best[o.plugin.name].mean:
-            best[o.plugin.name] = o
-    ranked = sorted(best.values(), key=lambda o: (not o.deployable, -o.mean))
+        key = (o.plugin.name, o.deployable)
+        if key not in best or o.mean > best[key].mean:
+            best[key] = o
+    deployable = {name for name, ok in best if ok}
+    shown = [o for (name, ok), o in best.items()
+             if ok or name not in deployable or o.mean > best[(name, True)].mean]
+    ranked = sorted(shown, key=lambda o: (not o.deployable, -o.mean))
     return [_candidate(scorer, o, batch) for o in ranked[:ALTERNATIVES]]
 
 
-def rollout(strategy: str, break_even: float, itl_p99: float | None) -> list[RolloutStep]:
+def rollout(strategy: str, break_even: float, accept_length: float, itl_p99: float | None) -> list[RolloutStep]:
     slo = f" and under the {itl_p99:g} ms SLO" if itl_p99 else ""
     steps = [
         ("baseline", "Run without speculation; record tokens/s, p50 and p99 inter-token latency per task.",
@@ -161,7 +167,8 @@ def rollout(strategy: str, break_even: float, itl_p99: float | None) -> list[Rol
          "no errors; greedy (T=0) outputs identical to the baseline on a fixed prompt set"),
         ("measure alpha", "Measure per-token acceptance per task on live traffic "
          "(`specpick profile --backend <engine> --url ...`).",
-         f"alpha >= break-even {break_even:.2f} for every task with real traffic; otherwise turn it off "
+         f"alpha >= break-even {break_even:.2f} (accept length >= {accept_length:.2f} tokens per verify) for "
+         "every task with real traffic; otherwise turn it off "
          "for that traffic or re-run `specpick recommend --measurements`"),
         ("watch tail latency", "Compare p99 inter-token latency with the baseline at the same load.",
          f"p99 ITL within 5% of the baseline{slo}; a rejected step costs a whole verify"),
@@ -223,12 +230,13 @@ def decide(scorer: Scorer, options: list[Option], bs: list[Bucket], *, path: str
         decision = Decision(strategy="none", num_speculative_tokens=0, tree=None,
                             temperature_switch=TemperatureSwitch(above=None, action="none", reason=why),
                             batch_schedule=[BatchRange(min_batch=1, max_batch=None, num_speculative_tokens=0,
-                                                       predicted_speedup=1.0)])
+                                                       predicted_speedup=1.0, predicted_speedup_at_max_batch=1.0)])
         return Recommendation(
             profile=path or profile.name, engine=profile.engine.name, decision=decision,
             predicted_speedup=SpeedupRange(mean=1.0, low=1.0, high=1.0), break_even_alpha=1.0,
+            break_even_accept_length=1.0,
             per_task=per_task_rows(scorer, options, None, bs), alternatives=alternatives(scorer, options, batch),
-            engine_configs={}, rollout=rollout("speculation", 1.0, profile.slo.itl_p99_ms),
+            engine_configs={}, rollout=rollout("speculation", 1.0, 1.0, profile.slo.itl_p99_ms),
             evidence=_evidence(scorer, options, None, bs), rationale=rationale, warnings=warnings)
 
     switch = temperature_switch(scorer, chosen, bs)
@@ -250,9 +258,10 @@ def decide(scorer: Scorer, options: list[Option], bs: list[Bucket], *, path: str
     return Recommendation(
         profile=path or profile.name, engine=profile.engine.name, decision=decision,
         predicted_speedup=predicted, break_even_alpha=round(be, 3),
+        break_even_accept_length=round(scorer.cost(chosen, batch).step_ratio, 3),
         per_task=per_task_rows(scorer, options, chosen, bs), alternatives=alternatives(scorer, options, batch),
         engine_configs=_engine_configs(scorer, chosen, schedule),
-        rollout=rollout(chosen.plugin.name, be, profile.slo.itl_p99_ms),
+        rollout=rollout(chosen.plugin.name, be, scorer.cost(chosen, batch).step_ratio, profile.slo.itl_p99_ms),
         evidence=_evidence(scorer, options, chosen, bs), rationale=rationale, warnings=warnings)
 
 

@@ -24,6 +24,9 @@ ENGINE_VERSIONS = {
     "llama_cpp": "server builds with --spec-type (2026)",
 }
 
+# Which engines verify token trees (FACTS.md: vLLM removed tree verification; llama.cpp drafts chains).
+ENGINE_VERIFIES_TREES = {"sglang": True, "vllm": False, "tensorrt_llm": True, "llama_cpp": False}
+
 
 @dataclass(frozen=True)
 class ScheduleEntry:
@@ -120,6 +123,9 @@ def build_engine_configs(
             cfg = {"speculative_config": _trt_config(name, n, depth, topk, ndt, draft_path, schedule, medusa_choices)}
         else:
             cfg = {"args": _llama_cpp_args(name, n, draft_path)}
+        if tree is not None and tree[1] > 1 and not ENGINE_VERIFIES_TREES[engine]:
+            cfg["note"] = (f"{engine} verifies chains only: this runs a chain of {n} drafts, which accepts "
+                           "less than the recommended tree")
         out[engine] = {"version": version, "supported": True, **cfg}
     return out
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from picker.engine_configs import ENGINE_VERIFIES_TREES
 from picker.measurements import Measurements
 from picker.plugins import Capabilities, StrategyPlugin, load_strategies
 from picker.workload import WorkloadProfile
@@ -207,7 +208,12 @@ def options_for(profile: WorkloadProfile, plugins: dict[str, StrategyPlugin], ta
         if caps.artifact == "medusa_heads":
             heads = profile.drafters.medusa_heads
             max_depth = heads.num_heads if heads else DEFAULT_MEDUSA_HEADS
+        trees_ok = ENGINE_VERIFIES_TREES.get(profile.engine.name, False)
         for config in analytic.configs_for(caps, max_depth):
+            if config.is_tree and supported and not trees_ok:
+                out.append(Option(plugin, config, feasible, False,
+                                  [*notes, f"{profile.engine.name} verifies chains only"]))
+                continue
             out.append(Option(plugin, config, feasible, supported, list(notes)))
     return out
 

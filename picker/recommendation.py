@@ -45,7 +45,8 @@ class BatchRange(_Model):
     min_batch: int
     max_batch: int | None = Field(description="inclusive; null = no upper bound")
     num_speculative_tokens: int = Field(description="0 = speculation off in this range")
-    predicted_speedup: float
+    predicted_speedup: float = Field(description="at min_batch")
+    predicted_speedup_at_max_batch: float = Field(description="at max_batch (the largest batch examined if open)")
 
 
 class Decision(_Model):
@@ -99,6 +100,8 @@ class Recommendation(_Model):
     decision: Decision
     predicted_speedup: SpeedupRange
     break_even_alpha: float
+    break_even_accept_length: float = Field(
+        description="tokens per verify step (bonus included; SGLang's accept length) needed to break even")
     per_task: list[TaskRow]
     alternatives: list[Candidate]
     engine_configs: dict[str, Any]

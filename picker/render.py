@@ -30,8 +30,10 @@ def _x(s: float) -> str:
 
 def _engine_block(name: str, cfg: dict[str, Any]) -> list[str]:
     if not cfg.get("supported", False):
-        return [f"- **{name}** ({cfg.get('version')}): not available — {cfg.get('reason')}"]
+        return [f"- **{name}** ({cfg.get('version')}): not available — {cfg.get('reason')}", ""]
     lines = [f"**{name}** (targets {cfg['version']}):", ""]
+    if "note" in cfg:
+        lines += [f"> {cfg['note']}", ""]
     if "args" in cfg:
         lines += ["```bash", " ".join(_shell_quote(a) for a in cfg["args"]), "```"]
     if "adaptive_config" in cfg:
@@ -60,7 +62,8 @@ def markdown(rec: Recommendation) -> str:
         out += [
             f"## Decision: enable `{d.strategy}` ({shape}) on {rec.engine}", "",
             f"Expected speedup over plain decoding: **{_x(ps.mean)}** (range {_x(ps.low)}–{_x(ps.high)}), "
-            f"evidence: {rec.evidence.source}. Break-even acceptance: **α ≥ {rec.break_even_alpha:.2f}**.", "",
+            f"evidence: {rec.evidence.source}. Break-even: **α ≥ {rec.break_even_alpha:.2f}** per token, i.e. "
+            f"**≥ {rec.break_even_accept_length:.2f} tokens per verify step** (bonus included).", "",
             "### Why", *[f"- {r}" for r in rec.rationale], "",
         ]
         out += ["### When not to speculate", ""]
@@ -70,7 +73,9 @@ def markdown(rec: Recommendation) -> str:
         for r in d.batch_schedule:
             hi = "∞" if r.max_batch is None else str(r.max_batch)
             k = "off" if r.num_speculative_tokens == 0 else str(r.num_speculative_tokens)
-            out.append(f"| {r.min_batch}–{hi} | {k} | {_x(r.predicted_speedup)} |")
+            span = _x(r.predicted_speedup) if r.predicted_speedup == r.predicted_speedup_at_max_batch else \
+                f"{_x(r.predicted_speedup)} → {_x(r.predicted_speedup_at_max_batch)}"
+            out.append(f"| {r.min_batch}–{hi} | {k} | {span} |")
         out.append("")
     if rec.warnings:
         out += ["### Warnings", *[f"- {w}" for w in rec.warnings], ""]
