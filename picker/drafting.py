@@ -1,0 +1,120 @@
+"""The drafter contract: strategies propose, the loop verifies.
+
+A strategy plugin's ``make_drafter(**resources)`` returns an object with ``propose(ctx) -> Draft``
+and, optionally, ``observe(step)`` (the loop calls it after every verification; the default is a
+no-op) and ``reset(prompt_ids)`` (called once per generation before the first proposal).
+
+    >>> import numpy as np
+    >>> from picker.tree import TokenTree
+    >>> d = Draft(tree=TokenTree.from_chain([5, 7]), p=None)   # a deterministic chain
+    >>> d.is_chain, len(d)
+    (True, 2)
+
+What the loop gives a drafter (:class:`DraftContext`) and gets back (:class:`Draft`), and what it
+reports after verifying (:class:`StepOutcome`), is all there is: a drafter never touches the
+target's KV cache and never accepts tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from picker.tree import TokenTree
+from picker.verify import SiblingRegime
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Applied identically to the target's q and the draft's p (``picker.sampling.warp_pair``)."""
+
+    temperature: float = 0.0
+    top_k: int | None = None
+    top_p: float | None = None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+@dataclass(frozen=True)
+class DraftContext:
+    """What a drafter may read when proposing.
+
+    ``tokens`` is the whole committed sequence (prompt + emitted tokens, including the pending token
+    that the target has not consumed yet). ``hidden`` holds target hidden states for strategies that
+    declare ``needs_hidden_states``: ``hidden["last"]`` is the final-layer hidden state (after the
+    final norm) at the positions verified in the last step that were accepted, shape ``(n, H)``;
+    ``hidden[layer_index]`` the same for intermediate layers the drafter asked for (EAGLE-3 fuses
+    low/mid/high layers). ``max_draft`` caps how many draft nodes the loop will verify this step.
+    """
+
+    tokens: Sequence[int]
+    prompt_len: int
+    sampling: SamplingParams
+    rng: np.random.Generator
+    max_draft: int
+    hidden: dict[Any, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Draft:
+    """A proposal: a token tree (a chain is a tree whose node i has parent i-1).
+
+    ``p`` holds, per node, the draft distribution the node's token was drawn from (already warped
+    with the step's sampling params), shape ``(M, V)``; ``None`` means deterministic proposals
+    (n-gram, lookahead, top-k children), which the verifier treats as one-hot. ``siblings`` says how
+    sibling nodes were drawn (see ``picker.verify``).
+    """
+
+    tree: TokenTree
+    p: np.ndarray | None = None
+    siblings: SiblingRegime = "iid"
+
+    def __len__(self) -> int:
+        return len(self.tree)
+
+    @property
+    def is_chain(self) -> bool:
+        return all(parent == i - 1 for i, parent in enumerate(self.tree.parents))
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    """What verification decided, handed to ``Drafter.observe``.
+
+    ``accepted_nodes`` index the draft's tree; ``emitted`` are the accepted draft tokens plus the
+    correction/bonus token (the new pending token). ``hidden`` carries the target's hidden states
+    for the accepted positions when the drafter needs them (same layout as DraftContext.hidden).
+    """
+
+    draft: Draft
+    accepted_nodes: tuple[int, ...]
+    emitted: tuple[int, ...]
+    tokens: Sequence[int]  # the committed sequence after this step
+    hidden: dict[Any, Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Drafter(Protocol):
+    """The one required method; ``observe`` and ``reset`` are optional hooks."""
+
+    def propose(self, ctx: DraftContext) -> Draft: ...
+
+
+def call_observe(drafter: Drafter, outcome: StepOutcome) -> None:
+    """Optional hook: drafters without ``observe`` are left alone."""
+    hook = getattr(drafter, "observe", None)
+    if hook is not None:
+        hook(outcome)
+
+
+def call_reset(drafter: Drafter, prompt_ids: Sequence[int]) -> None:
+    """Optional hook: drafters without ``reset`` are left alone."""
+    hook = getattr(drafter, "reset", None)
+    if hook is not None:
+        hook(prompt_ids)
