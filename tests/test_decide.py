@@ -1,0 +1,71 @@
+"""The decision: schedule merging, and behaviour of the recommendation under workload changes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from picker.decide import merge_schedule
+from picker.recommend import recommend
+from picker.workload import load_profile
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_merge_schedule_covers_every_batch() -> None:
+    assert merge_schedule([(1, 4), (2, 4), (4, 3), (8, 0)]) == [(1, 2, 4), (3, 4, 3), (5, None, 0)]
+    assert merge_schedule([(1, 5)]) == [(1, None, 5)]
+
+
+def _variant(tmp_path: Path, name: str, **edits) -> Path:
+    data = yaml.safe_load((ROOT / "profiles" / name).read_text())
+    for dotted, value in edits.items():
+        node = data
+        *parents, leaf = dotted.split("__")
+        for key in parents:
+            node = node[key]
+        node[leaf] = value
+    out = tmp_path / name
+    out.write_text(yaml.safe_dump(data))
+    return out
+
+
+def test_larger_batches_predict_less(tmp_path: Path) -> None:
+    small = _variant(tmp_path, "code-assistant-8b-a100.yaml", traffic__concurrency=[{"batch_size": 1, "weight": 1.0}])
+    big = tmp_path / "big"
+    big.mkdir()
+    large = _variant(big, "code-assistant-8b-a100.yaml", traffic__concurrency=[{"batch_size": 256, "weight": 1.0}])
+    assert recommend(load_profile(small)).predicted_speedup.mean > recommend(load_profile(large)).predicted_speedup.mean
+
+
+def test_no_drafters_and_no_lookup_means_off(tmp_path: Path) -> None:
+    path = _variant(tmp_path, "code-assistant-8b-a100.yaml",
+                    drafters={"allow_ngram": False, "allow_lookahead": False})
+    rec = recommend(load_profile(path))
+    assert rec.decision.strategy == "none"
+    assert rec.decision.batch_schedule[0].num_speculative_tokens == 0
+    assert rec.engine_configs == {}
+
+
+def test_missing_head_is_not_deployed(tmp_path: Path) -> None:
+    path = _variant(tmp_path, "chat-70b-h100.yaml", drafters={"allow_ngram": True, "allow_lookahead": True,
+                                                              "draft_model": {"name": "d", "params_b": 1.24}})
+    rec = recommend(load_profile(path))
+    assert rec.decision.strategy != "eagle3"
+    eagle = [c for c in rec.alternatives if c.strategy == "eagle3"]
+    assert eagle and not eagle[0].feasible
+
+
+def test_batch_schedule_never_lengthens() -> None:
+    for profile in sorted((ROOT / "profiles").glob("*.yaml")):
+        ks = [r.num_speculative_tokens for r in recommend(load_profile(profile)).decision.batch_schedule]
+        assert ks == sorted(ks, reverse=True), (profile.name, ks)
+        assert max(ks) == recommend(load_profile(profile)).decision.num_speculative_tokens
+
+
+def test_tight_itl_slo_excludes_slow_steps(tmp_path: Path) -> None:
+    path = _variant(tmp_path, "chat-70b-h100.yaml", slo={"itl_p50_ms": 0.5, "itl_p99_ms": 1.0})
+    rec = recommend(load_profile(path))
+    assert rec.decision.strategy == "none"
+    assert any("SLO" in note for c in rec.alternatives for note in c.notes)
