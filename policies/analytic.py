@@ -12,12 +12,11 @@ Everything here branches on declared capabilities, never on a strategy's name.
 
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass
 from functools import lru_cache
 
 from picker.plugins import Capabilities
-from policies import theory
+from policies.scalar import chain_length, solve_alpha, tree_length
 from policies.costmodel import LOOKAHEAD_GUESSES, LOOKAHEAD_WINDOW, StepCost, predict_speedup, step_cost
 from policies.roofline import HardwareLike, ModelShape
 
@@ -73,29 +72,6 @@ def configs_for(caps: Capabilities, max_depth: int | None = None) -> list[Config
     return out
 
 
-@lru_cache(maxsize=65536)
-def _tree_length(alpha: float, depth: int, topk: int, nodes: int) -> float:
-    """E[L] of the best tree: 1 + the sum of the ``nodes`` largest reach probabilities.
-
-    Same greedy as :func:`policies.theory.best_tree` (a test checks they agree), kept scalar and
-    free of validation because the policy calls it thousands of times per decision.
-    """
-    sib = [alpha * (1.0 - alpha) ** r for r in range(topk)]
-    total, taken = 1.0, 0
-    # Heap of (-reach, depth, rank, parent_reach): a node's reach is parent_reach * sib[rank].
-    frontier = [(-sib[0], 1, 0, 1.0)]
-    while frontier and taken < nodes:
-        neg, d, rank, parent_reach = heapq.heappop(frontier)
-        reach = -neg
-        total += reach
-        taken += 1
-        if rank + 1 < topk:
-            heapq.heappush(frontier, (-parent_reach * sib[rank + 1], d, rank + 1, parent_reach))
-        if d < depth:
-            heapq.heappush(frontier, (-reach * sib[0], d + 1, 0, reach))
-    return total
-
-
 def expected_length(config: Config, alpha: float) -> float:
     """E[L] (tokens per verify, bonus included) for i.i.d. per-token acceptance ``alpha``.
 
@@ -104,19 +80,13 @@ def expected_length(config: Config, alpha: float) -> float:
     """
     alpha = min(max(round(alpha, 3), 0.0), 1.0)  # rounding makes the cache effective
     if not config.is_tree:
-        return _chain_length(alpha, config.depth)
-    return _tree_length(alpha, config.depth, config.topk, config.nodes)
-
-
-@lru_cache(maxsize=65536)
-def _chain_length(alpha: float, n: int) -> float:
-    # Scalar fast path of theory.expected_length_iid: the policy calls it ~10^5 times per decision.
-    return float(n + 1) if alpha >= 1.0 else (1.0 - alpha ** (n + 1)) / (1.0 - alpha)
+        return chain_length(alpha, config.depth)
+    return tree_length(alpha, config.depth, config.topk, config.nodes)
 
 
 def alpha_for_length(config: Config, tau: float) -> float:
     """Invert :func:`expected_length`: the α at which this config reaches ``tau``."""
-    return theory.solve_alpha(lambda a: expected_length(config, a), tau)
+    return solve_alpha(lambda a: expected_length(config, a), tau)
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,6 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal, cast, get_args
 
 from picker.plugins import DraftCost
-from policies import theory
 from policies.roofline import (
     Bound,
     EngineProfile,
@@ -177,6 +176,8 @@ def tree_for_alpha(alpha: float, topk: int, n_nodes: int) -> tuple[list[int], An
     not on depth or context (Sequoia's positional assumption) and the rank decay is geometric
     (:func:`policies.theory.sibling_acceptance`). With top-k = 1 it is the i.i.d. chain.
     """
+    from policies import theory  # lazy: keeps numpy out of `specpick recommend` start-up
+
     return theory.best_tree(theory.sibling_acceptance(alpha, topk), n_nodes)
 
 
@@ -191,6 +192,8 @@ class _Layout:
 
 
 def _layout(kind: str, n: int, topk: int | None, alpha_for_shape: float) -> _Layout:
+    from policies import theory  # lazy: keeps numpy out of `specpick recommend` start-up
+
     if topk is not None and topk > 1:
         def tree_length(a: float) -> float:
             return theory.expected_length_tree(*tree_for_alpha(a, topk, n))
@@ -292,6 +295,8 @@ def _resolve_alpha(
     kind: str, alpha: float | None, tau: float | None, n: int | None, topk: int | None, notes: list[str]
 ) -> float:
     """α as given, or inverted from τ (bonus included) through this layout's E[L](α)."""
+    from policies import theory  # lazy: keeps numpy out of `specpick recommend` start-up
+
     if alpha is None:
         if n is None or tau is None:
             raise ValueError("mean_accepted_tokens needs num_draft_tokens (the N it was measured at)")
@@ -310,6 +315,8 @@ def _report(
     kind: str, alpha: float, topk: int | None, best: _Candidate, ctx: dict[str, Any],
     notes: list[str],
 ) -> dict[str, Any]:
+    from policies import theory  # lazy: keeps numpy out of `specpick recommend` start-up
+
     cost, layout = best.cost, best.layout
     profile: EngineProfile = ctx["engine"]
     # The α where E[L](α) = N·c + v at this configuration's step cost (for a tree, the tree is

@@ -29,9 +29,10 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from policies.scalar import solve_alpha  # re-exported: the bisection is pure Python
+
 FloatOrArray = float | np.ndarray
 # The i.i.d. closed form is evaluated with expm1/log so it stays exact to ~1e-12 near α = 1.
-_BISECT_ITERATIONS = 80  # 2**-80 is far below float resolution on [0, 1]
 
 
 def _as_float(x: np.ndarray) -> FloatOrArray:
@@ -117,25 +118,6 @@ def tree_depths(parents: Sequence[int]) -> np.ndarray:
     for i, p in enumerate(parents):
         depth[i] = 1 if p < 0 else depth[p] + 1
     return depth
-
-
-def solve_alpha(length_of_alpha: Callable[[float], float], target: float) -> float:
-    """The α in [0, 1] where a non-decreasing E[L](α) reaches ``target``, by bisection.
-
-    Returns 0.0 when ``target`` ≤ E[L](0) and 1.0 when ``target`` ≥ E[L](1) (clamped, never NaN).
-    """
-    lo, hi = 0.0, 1.0
-    if target <= length_of_alpha(lo):
-        return 0.0
-    if target >= length_of_alpha(hi):
-        return 1.0
-    for _ in range(_BISECT_ITERATIONS):
-        mid = 0.5 * (lo + hi)
-        if length_of_alpha(mid) < target:
-            lo = mid
-        else:
-            hi = mid
-    return 0.5 * (lo + hi)
 
 
 def alpha_from_expected_length(tau: float, n: int) -> float:
