@@ -10,3 +10,12 @@ Heavy libraries (torch, transformers, scikit-learn) are imported lazily, so the 
 """
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> object:
+    """Lazy exports: ``from picker import Controller`` loads the SDK only when asked for."""
+    if name == "Controller":
+        from picker.controller import Controller
+
+        return Controller
+    raise AttributeError(f"module 'picker' has no attribute {name!r}")
