@@ -1,0 +1,89 @@
+"""``specpick zoo``: build the project's own tiny models and show what they measure.
+
+    $ specpick zoo build --size ci
+    $ specpick zoo build --size small --out ./zoo-small
+    $ specpick zoo path --size ci
+
+The lead mounts this sub-app with ``app.add_typer(zoo.cli.app, name="zoo")``; torch is imported only
+inside the commands.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from picker.errors import UserError
+
+app = typer.Typer(no_args_is_help=True, add_completion=False,
+                  help="Train and cache the tiny target/draft models used by tests and demos.")
+
+
+class Size(str, Enum):
+    ci = "ci"
+    small = "small"
+
+
+SizeOpt = Annotated[
+    Size, typer.Option("--size", help="ci builds in ~3 min, small in ~10 min (one idle core).")
+]
+OutOpt = Annotated[
+    Path | None, typer.Option("--out", help="Build folder (default: cache dir by recipe hash).")
+]
+
+
+def _fail(exc: UserError) -> typer.Exit:
+    typer.echo(f"error: {exc}", err=True)
+    return typer.Exit(code=UserError.exit_code)
+
+
+@app.command()
+def build(size: SizeOpt = Size.ci, out: OutOpt = None,
+          quiet: Annotated[bool, typer.Option("--quiet", help="No progress bars.")] = False) -> None:
+    """Build the zoo (a no-op when the same recipe is already built) and print its report."""
+    from picker.zoo.build import build_zoo
+
+    try:
+        paths = build_zoo(size.value, out=out, progress=not quiet)
+    except UserError as exc:
+        raise _fail(exc) from None
+    Console().print(report_table(json.loads(paths.report.read_text())))
+    typer.echo(str(paths.root))
+
+
+@app.command()
+def path(size: SizeOpt = Size.ci) -> None:
+    """Print the folder a build of this size goes to (built or not)."""
+    from picker.zoo.build import zoo_path
+
+    typer.echo(str(zoo_path(size.value).root))
+
+
+def report_table(report: dict[str, Any]) -> Table:
+    """Held-out loss, agreement per domain, then sizes and costs, as one rich table."""
+    params = report["params"]
+    table = Table(title=f"zoo {report['size']} ({report['recipe_hash']})")
+    for col in ("domain", "target loss", "draft loss", "greedy agree", "α (T=1)"):
+        table.add_column(col, justify="right" if col != "domain" else "left")
+    for d, t_loss in report["heldout_loss"]["target"].items():
+        agree = report["agreement"][d]
+        table.add_row(d, f"{t_loss:.3f}", f"{report['heldout_loss']['draft'][d]:.3f}",
+                      f"{agree['greedy_agreement']:.3f}", f"{agree['alpha_t1']:.3f}")
+    costs, secs = report["costs"], report["seconds"]
+    table.caption = (
+        f"params target {params['target']:,} / draft {params['draft']:,} "
+        f"({params['target_over_draft']}x) · 6-vs-1 forward {costs['six_vs_one']:.2f}x · "
+        f"draft/target cost {costs['draft_vs_target']:.2f} · "
+        f"build {secs['wall']['total']:.0f}s wall, {secs['cpu']['total']:.0f}s CPU"
+    )
+    return table
+
+
+if __name__ == "__main__":  # python -m picker.zoo.cli build --size ci
+    app()
