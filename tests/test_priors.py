@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import copy
 import statistics
 import subprocess
@@ -251,11 +252,18 @@ def test_yaml_is_loaded_with_a_safe_loader_only() -> None:
     tree = ast.parse(resources.files("policies").joinpath("priors.py").read_text(encoding="utf-8"))
     names = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)} | {
         n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
-    assert not names & {"FullLoader", "UnsafeLoader", "Loader", "full_load", "unsafe_load", "CLoader"}
-    assert priors._safe_load.__code__.co_names.count("load") == 1
+    assert not names & {"FullLoader", "UnsafeLoader", "Loader", "full_load", "unsafe_load", "CLoader", "load"}
     with pytest.raises(yaml.YAMLError):
-        priors._safe_load("x: !!python/object/apply:os.getcwd []")
-    assert priors._safe_load(DATA_TEXT) == yaml.safe_load(DATA_TEXT)
+        parse_priors("x: !!python/object/apply:os.getcwd []")
+
+
+def test_compiled_json_is_in_step_with_the_yaml() -> None:
+    """priors.json (the fast path) must be the YAML, compiled: regenerate with `python -m policies.priors`."""
+    shipped = json.loads(resources.files("policies").joinpath("data", "priors.json").read_text(encoding="utf-8"))
+    assert shipped == json.loads(priors.compile_priors_json())
+    priors.load_priors.cache_clear()
+    from_json = priors.load_priors()
+    assert from_json.lookup("eagle3", "code", 0.0) == parse_priors(DATA_TEXT).lookup("eagle3", "code", 0.0)
 
 
 def test_validation_rejects_bad_edits(raw) -> None:
