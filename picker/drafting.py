@@ -1,8 +1,13 @@
 """The drafter contract: strategies propose, the loop verifies.
 
-A strategy plugin's ``make_drafter(**resources)`` returns an object with ``propose(ctx) -> Draft``
-and, optionally, ``observe(step)`` (the loop calls it after every verification; the default is a
-no-op) and ``reset(prompt_ids)`` (called once per generation before the first proposal).
+A strategy plugin's ``make_drafter(*, target_backend, artifact=None, **options)`` returns an object
+with ``propose(ctx) -> Draft`` and, optionally, ``observe(step)`` (the loop calls it after every
+verification; the default is a no-op) and ``reset(prompt_ids)`` (called once per generation before
+the first proposal). ``target_backend`` is the target's :class:`picker.backend.TorchBackend`;
+``artifact`` is the local path of what the plugin declares in ``Capabilities.artifact`` (the draft
+model folder for ``draft_model``, the heads folder for ``medusa_heads`` / ``eagle3_head``), or None
+when it declares nothing; a missing one raises :class:`MissingArtifact`. ``options`` are the
+strategy's own knobs (draft length, tree shape, window sizes), each with a default.
 
     >>> import numpy as np
     >>> from picker.tree import TokenTree
@@ -12,7 +17,8 @@ no-op) and ``reset(prompt_ids)`` (called once per generation before the first pr
 
 What the loop gives a drafter (:class:`DraftContext`) and gets back (:class:`Draft`), and what it
 reports after verifying (:class:`StepOutcome`), is all there is: a drafter never touches the
-target's KV cache and never accepts tokens.
+target's KV cache and never accepts tokens. A drafter that needs intermediate target layers
+(EAGLE-3) lists them in an optional ``hidden_layers`` attribute (read by :func:`hidden_layers_of`).
 """
 
 from __future__ import annotations
@@ -23,8 +29,13 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from picker.errors import UserError
 from picker.tree import TokenTree
 from picker.verify import SiblingRegime
+
+
+class MissingArtifact(UserError):
+    """A strategy's declared artifact (draft model, trained heads) is not available."""
 
 
 @dataclass(frozen=True)
@@ -45,11 +56,17 @@ class DraftContext:
     """What a drafter may read when proposing.
 
     ``tokens`` is the whole committed sequence (prompt + emitted tokens, including the pending token
-    that the target has not consumed yet). ``hidden`` holds target hidden states for strategies that
-    declare ``needs_hidden_states``: ``hidden["last"]`` is the final-layer hidden state (after the
-    final norm) at the positions verified in the last step that were accepted, shape ``(n, H)``;
-    ``hidden[layer_index]`` the same for intermediate layers the drafter asked for (EAGLE-3 fuses
-    low/mid/high layers). ``max_draft`` caps how many draft nodes the loop will verify this step.
+    that the target has not consumed yet). It is the loop's live list: read it during the call,
+    never mutate it, copy what you keep. ``hidden`` holds target hidden states for strategies
+    that declare ``needs_hidden_states`` (None otherwise): ``hidden["last"]``
+    is the final-layer hidden state (after the final norm, what the LM head reads) at every
+    position that entered the target's cache in the last step and was kept -- the pending tokens
+    fed plus the accepted draft nodes -- as a torch tensor of shape ``(n, H)``. Row i belongs to
+    token ``tokens[-1 - n + i]``; the last row produced the pending token ``tokens[-1]``. After
+    prefill n is the prompt length. ``hidden[layer_index]`` is the same for the decoder layers the
+    drafter lists in ``hidden_layers`` (EAGLE-3 fuses low/mid/high layers). The tensors come from
+    ``torch.inference_mode``: clone them before using them in autograd. ``max_draft`` caps how
+    many draft nodes the loop will verify this step.
     """
 
     tokens: Sequence[int]
@@ -94,9 +111,12 @@ class StepOutcome:
     draft: Draft
     accepted_nodes: tuple[int, ...]
     emitted: tuple[int, ...]
-    tokens: Sequence[int]  # the committed sequence after this step
+    tokens: Sequence[int]  # the committed sequence after this step (live: copy what you keep)
     hidden: dict[Any, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # Raw (unwarped) target logits at the root and after every draft node, shape (M + 1, V):
+    # lookahead reads its Jacobi window's next guesses from the same forward that verified.
+    q_logits: np.ndarray | None = None
 
 
 @runtime_checkable
@@ -104,6 +124,11 @@ class Drafter(Protocol):
     """The one required method; ``observe`` and ``reset`` are optional hooks."""
 
     def propose(self, ctx: DraftContext) -> Draft: ...
+
+
+def hidden_layers_of(drafter: object) -> tuple[int, ...]:
+    """Optional attribute: the target decoder layers whose hidden states the drafter reads."""
+    return tuple(int(i) for i in getattr(drafter, "hidden_layers", ()))
 
 
 def call_observe(drafter: Drafter, outcome: StepOutcome) -> None:

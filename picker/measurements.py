@@ -4,6 +4,10 @@
                 "alpha_ci": [0.58, 0.66], "samples": 1200, "num_draft_tokens": 4}]}
 
 ``alpha`` is per-token acceptance: accepted drafts / proposed drafts (the bonus token excluded).
+``specpick profile`` (``picker.profiler.summary``) writes this file with more per cell: ``alpha_iid``
+(accepted / examined draft positions, the α of the i.i.d. model E[L] = (1-α^(N+1))/(1-α), which
+does not fall with N the way ``alpha`` does), per-position acceptance, τ, costs and speed; its
+``conventions`` object states each one.
 """
 
 from __future__ import annotations
@@ -30,6 +34,25 @@ class Cell(BaseModel):
     num_draft_tokens: int | None = None
     per_position: list[float] | None = None
     cost_ratio: float | None = None
+    # Written by the profiler (all optional, so hand-written files stay valid):
+    tree: str | None = None
+    alpha_ci_method: str | None = None
+    alpha_iid: float | None = Field(None, ge=0, le=1)
+    alpha_iid_ci: tuple[float, float] | None = None
+    tau: float | None = Field(None, ge=1)
+    tokens_per_second: float | None = Field(None, ge=0)
+    speedup_vs_plain: float | None = Field(None, ge=0)
+    target_forwards: int | None = Field(None, ge=0)
+    seconds: float | None = Field(None, ge=0)
+
+    @property
+    def chain_alpha(self) -> float:
+        """The α to put into the i.i.d. chain model: ``alpha_iid`` where measured, else ``alpha``.
+
+        For N > 1 ``alpha`` (accepted / proposed) counts drafts after a rejection as rejected, so it
+        understates the per-token α of E[L] = (1-α^(N+1))/(1-α): 0.59 for α = 0.8 at N = 4.
+        """
+        return self.alpha_iid if self.alpha_iid is not None else self.alpha
 
 
 class Measurements(BaseModel):

@@ -184,3 +184,11 @@ def strategies(fmt: Annotated[Fmt, typer.Option("--format", help="md (a table) o
 
 def main() -> None:  # pragma: no cover - console entry point
     app()
+
+
+# Command modules register themselves on `app`; they import nothing heavy until a command runs.
+from picker.cli import generate as _generate  # noqa: E402,F401  -- `specpick generate`
+from picker.cli import profile as _profile  # noqa: E402,F401  -- `specpick profile`
+from picker.zoo import cli as _zoo_cli  # noqa: E402  -- `specpick zoo build|path`
+
+app.add_typer(_zoo_cli.app, name="zoo")

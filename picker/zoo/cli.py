@@ -13,13 +13,14 @@ from __future__ import annotations
 import json
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from picker.errors import UserError
+
+if TYPE_CHECKING:  # rich is imported when a command runs: `specpick` mounts this app at start-up
+    from rich.table import Table
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Train and cache the tiny target/draft models used by tests and demos.")
@@ -53,6 +54,8 @@ def build(size: SizeOpt = Size.ci, out: OutOpt = None,
         paths = build_zoo(size.value, out=out, progress=not quiet)
     except UserError as exc:
         raise _fail(exc) from None
+    from rich.console import Console
+
     Console().print(report_table(json.loads(paths.report.read_text())))
     typer.echo(str(paths.root))
 
@@ -67,6 +70,8 @@ def path(size: SizeOpt = Size.ci) -> None:
 
 def report_table(report: dict[str, Any]) -> Table:
     """Held-out loss, agreement per domain, then sizes and costs, as one rich table."""
+    from rich.table import Table
+
     params = report["params"]
     table = Table(title=f"zoo {report['size']} ({report['recipe_hash']})")
     for col in ("domain", "target loss", "draft loss", "greedy agree", "α (T=1)"):

@@ -1,0 +1,164 @@
+"""`specpick profile`: measure acceptance per task type, strategy, temperature and draft length.
+
+    $ specpick profile --model zoo --strategies ngram,vanilla --tasks code,creative \\
+          --temperatures 0,1 --num-draft-tokens 4 --out runs/zoo
+    $ specpick profile --backend sglang --url http://127.0.0.1:30000 --prompts question.jsonl \\
+          --category-map writing=creative --out runs/sglang
+    $ specpick profile --backend vllm --url http://127.0.0.1:8000 --strategies ngram --out runs/vllm
+    $ specpick recommend profiles/chat-70b-h100.yaml --measurements runs/zoo/summary.json
+
+Writes ``OUT/records.jsonl`` (one fsync'd line per generation), ``OUT/summary.json`` (see
+``picker.profiler.summary``), ``OUT/run.json`` and ``OUT/alpha.png``. ``--resume`` continues a
+killed or interrupted run without repeating a finished generation. Bad input or a failing
+endpoint: one ``error:`` line and exit code 2, the partial summary kept; Ctrl-C: exit 130.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+# The shared helpers come first: `specpick sweep` imports them from here while main.py is loading.
+from picker.profiler.options import (  # noqa: F401  -- re-exported for picker.cli.sweep
+    parse_artifacts,
+    parse_draft_lengths,
+    parse_list,
+    parse_temperatures,
+    prompts_by_task as _prompts,
+    resolve_model as _resolve_model,
+    workload_defaults as _workload_defaults,
+)
+from picker.cli.main import app, user_errors  # noqa: E402
+from picker.errors import UserError  # noqa: E402
+
+
+class Backend(str, Enum):
+    torch = "torch"
+    sglang = "sglang"
+    vllm = "vllm"
+
+
+def _source(backend: Backend, model: str | None, url: str | None, artifacts: dict[str, Path],
+            client_opts: dict[str, Any], concurrency: int, threads: int, device: str) -> Any:
+    """The measuring source for ``backend`` (a loaded target, or a checked live endpoint)."""
+    if backend is Backend.torch:
+        if url is not None:
+            raise UserError("--url is for live backends; the torch backend loads --model", field="--url")
+        from picker.profiler.torch_source import TorchSource
+
+        target, found = _resolve_model(model or "zoo", artifacts)
+        return TorchSource(target, found, device=device, threads=threads)
+    if url is None:
+        raise UserError(f"--backend {backend.value} needs --url (the server's base URL)", field="--url")
+    from picker.profiler.http import HttpClient
+
+    client = HttpClient(**client_opts)
+    if backend is Backend.sglang:
+        from picker.profiler.sglang import SGLangSource
+
+        return SGLangSource(url, client, concurrency)
+    from picker.profiler.vllm import VLLMSource
+
+    return VLLMSource(url, client, concurrency)
+
+
+@app.command()
+@user_errors
+def profile(
+    out: Annotated[Path, typer.Option(help="Run folder: records.jsonl, summary.json, run.json, alpha.png.")],
+    backend: Annotated[Backend, typer.Option(help="torch: the reference loop here; sglang / vllm: a live server.")]
+    = Backend.torch,
+    model: Annotated[str | None, typer.Option(help="torch: 'zoo' (zoo:ci, zoo:small) or a local HF folder.")] = None,
+    url: Annotated[str | None, typer.Option(help="sglang / vllm: the server's base URL.")] = None,
+    strategies: Annotated[str | None, typer.Option(
+        help="Comma list (torch: default ngram,vanilla,lookahead,medusa,eagle3; live: the server's one).")] = None,
+    artifact: Annotated[list[str] | None, typer.Option(help="STRATEGY=PATH: a draft model or heads folder.")] = None,
+    prompts: Annotated[str, typer.Option(help="'builtin' or a JSONL file (prompt|turns, category).")] = "builtin",
+    category_map: Annotated[str, typer.Option(help="CATEGORY=TASK,...: map a file's categories to task types.")] = "",
+    tasks: Annotated[str | None, typer.Option(help="Comma list of task types (default: all available).")] = None,
+    workload: Annotated[Path | None, typer.Option(help="Workload profile: default tasks and temperatures.")] = None,
+    temperatures: Annotated[str | None, typer.Option(help="Comma list, e.g. 0,0.7,1 (default 0,1).")] = None,
+    num_draft_tokens: Annotated[str, typer.Option(help="Draft lengths: N, A-B or a list (torch).")] = "4",
+    max_new_tokens: Annotated[int, typer.Option(min=1, max=16384)] = 64,
+    limit_per_task: Annotated[int, typer.Option(help="At most this many prompts per task.", min=1)] = 40,
+    ci_target: Annotated[float, typer.Option(help="Stop a cell at this 95% CI half-width of alpha (0: never).",
+                                             min=0.0, max=0.5)] = 0.03,
+    min_samples: Annotated[int, typer.Option(help="Generations before a cell may stop.", min=2)] = 8,
+    early_stop: Annotated[bool, typer.Option(help="Sequential stopping (off: fixed sample, every prompt).")] = True,
+    plain_samples: Annotated[int, typer.Option(help="Prompts plain decoding is timed on (early stop).", min=1)] = 16,
+    plain: Annotated[bool, typer.Option(help="Time plain decoding too (torch), for speedup_vs_plain.")] = True,
+    resume: Annotated[bool, typer.Option(help="Continue the run in OUT.")] = False,
+    concurrency: Annotated[int, typer.Option(help="Live: requests in flight.", min=1, max=256)] = 4,
+    timeout: Annotated[float, typer.Option(help="Live: seconds per request.", min=0.1)] = 120.0,
+    retries: Annotated[int, typer.Option(help="Live: retries of a transient fault.", min=0, max=10)] = 2,
+    backoff: Annotated[float, typer.Option(help="Live: seconds before the first retry (doubles).", min=0.0)] = 0.5,
+    threads: Annotated[int, typer.Option(help="torch: CPU threads (1 times best on shared CPUs).", min=0)] = 1,
+    device: Annotated[str, typer.Option(help="torch: cpu or cuda.")] = "cpu",
+    seed: Annotated[int, typer.Option()] = 0,
+    plot: Annotated[bool, typer.Option(help="Write alpha.png beside the summary (needs matplotlib).")] = True,
+    quiet: Annotated[bool, typer.Option(help="No progress output.")] = False,
+) -> None:
+    """Measure acceptance (alpha, per-position, tau, cost, tokens/s) per task type x strategy x temperature."""
+    from picker.profiler.progress import RichProgress
+    from picker.profiler.run import ProfileConfig, Profiler
+    from picker.profiler.stopping import StopRule
+
+    task_list, temps = _tasks_and_temperatures(tasks, temperatures, workload, prompts)
+    lengths = parse_draft_lengths(num_draft_tokens)
+    by_task = _prompts(prompts, task_list, limit_per_task, category_map, seed)
+    default = ["ngram", "vanilla", "lookahead", "medusa", "eagle3"] if backend is Backend.torch else []
+    chosen = parse_list(strategies, "--strategies") if strategies else default
+    client = {"timeout": timeout, "retries": retries, "backoff": backoff}
+    source = _source(backend, model, url, parse_artifacts(artifact or []), client, concurrency, threads, device)
+    config = ProfileConfig(
+        out=out, tasks=list(by_task), temperatures=temps, strategies=chosen, num_draft_tokens=lengths,
+        max_new_tokens=max_new_tokens, limit_per_task=limit_per_task,
+        rule=StopRule(ci_target, min_samples, early_stop, plain_samples), seed=seed, resume=resume,
+        plain=plain, plot=plot,
+        meta={"backend": backend.value, "target": model or url or "zoo", "prompts": prompts,
+              "category_map": category_map, "tasks": list(by_task), "temperatures": temps,
+              "strategies": chosen, "num_draft_tokens": lengths, "limit_per_task": limit_per_task},
+    )
+    progress = RichProgress("quiet" if quiet else None)
+    summary = _run(Profiler(source, by_task, config, progress), progress, out)
+    if not quiet:
+        from picker.profiler.table import print_summary
+
+        print_summary(summary)
+
+
+def _tasks_and_temperatures(tasks: str | None, temperatures: str | None, workload: Path | None,
+                            prompts: str) -> tuple[list[str] | None, list[float]]:
+    """--tasks / --temperatures, else the workload profile's task mix and temperatures, else defaults."""
+    wl_tasks, wl_temps = _workload_defaults(workload)
+    task_list = parse_list(tasks, "--tasks") if tasks else wl_tasks
+    if not tasks and wl_tasks and prompts == "builtin":
+        from picker.tasks import builtin_tasks
+
+        # A profile may serve task types with no built-in prompts (translation): measure the rest.
+        skipped = [t for t in wl_tasks if t not in builtin_tasks()]
+        task_list = [t for t in wl_tasks if t in builtin_tasks()]
+        if skipped:
+            typer.echo(f"note: no built-in prompts for {', '.join(skipped)}; give --prompts FILE to measure them",
+                       err=True)
+    temps = parse_temperatures(temperatures) if temperatures else (wl_temps or [0.0, 1.0])
+    return task_list, temps
+
+
+def _run(profiler: Any, progress: Any, out: Path) -> dict[str, Any]:
+    """Run with progress; Ctrl-C exits 130 and a failing endpoint says where the partial summary is."""
+    from picker.profiler.http import EndpointError
+
+    try:
+        with progress:
+            return profiler.run()
+    except KeyboardInterrupt:
+        typer.echo(f"interrupted: the summary of what was measured is in {out / 'summary.json'}; "
+                   "continue with --resume", err=True)
+        raise typer.Exit(code=130) from None
+    except EndpointError as exc:
+        raise UserError(f"{exc.message} (partial summary kept in {out / 'summary.json'})",
+                        file=exc.file, field=exc.field) from None

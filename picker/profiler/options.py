@@ -1,0 +1,126 @@
+"""Parsing and resolution behind `specpick profile` (and `specpick sweep`), free of the CLI app.
+
+Kept apart from ``picker.cli.profile`` so other commands can reuse them without importing one
+command module from another (which made a circular import through ``picker.cli.main``).
+
+    >>> parse_draft_lengths("1-3,8"), parse_temperatures("0,0.7")
+    ([1, 2, 3, 8], [0.0, 0.7])
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from picker.errors import UserError
+
+if TYPE_CHECKING:  # imported lazily: every `specpick` command loads this module at start-up
+    from picker.tasks import Prompt
+
+
+def parse_list(text: str, field: str) -> list[str]:
+    """``a,b,c`` → ``['a', 'b', 'c']`` (blanks dropped, order kept, duplicates removed)."""
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:
+        raise UserError("empty list", field=field)
+    return list(dict.fromkeys(items))
+
+
+def parse_temperatures(text: str) -> list[float]:
+    """``0,0.7,1`` → floats in [0, 2]."""
+    out = []
+    for item in parse_list(text, "--temperatures"):
+        try:
+            value = float(item)
+        except ValueError:
+            raise UserError(f"not a number: {item!r}", field="--temperatures") from None
+        if not 0.0 <= value <= 2.0:
+            raise UserError(f"{value:g} outside [0, 2]", field="--temperatures")
+        out.append(value)
+    return out
+
+
+def parse_draft_lengths(text: str) -> list[int]:
+    """``1-8`` or ``2,4,8`` or ``4`` → sorted draft lengths in 1..64."""
+    out: set[int] = set()
+    for item in parse_list(text, "--num-draft-tokens"):
+        lo, sep, hi = item.partition("-")
+        try:
+            first, last = int(lo), int(hi) if sep else int(lo)
+        except ValueError:
+            raise UserError(f"expected N, A-B or a comma list, got {item!r}", field="--num-draft-tokens") from None
+        if not 1 <= first <= last <= 64:
+            raise UserError(f"{item!r}: need 1 <= A <= B <= 64", field="--num-draft-tokens")
+        out.update(range(first, last + 1))
+    return sorted(out)
+
+
+def parse_artifacts(items: list[str]) -> dict[str, Path]:
+    """``--artifact vanilla=PATH`` (repeatable) → {strategy: path}."""
+    out: dict[str, Path] = {}
+    for item in items:
+        name, sep, path = item.partition("=")
+        if not sep or not name.strip() or not path.strip():
+            raise UserError(f"expected STRATEGY=PATH, got {item!r}", field="--artifact")
+        if not Path(path).exists():
+            raise UserError("path does not exist", file=path, field="--artifact")
+        out[name.strip()] = Path(path)
+    return out
+
+
+def workload_defaults(path: Path | None) -> tuple[list[str] | None, list[float] | None]:
+    """Task types and temperatures a workload profile serves (its task mix and temperature points)."""
+    if path is None:
+        return None, None
+    from picker.workload import load_profile
+
+    prof = load_profile(path)
+    tasks = [t for t, w in prof.traffic.task_weights().items() if w > 0]
+    return tasks, sorted({p.value for p in prof.traffic.temperature})
+
+
+def prompts_by_task(prompts: str, tasks: list[str] | None, limit: int, category_map: str,
+                    seed: int) -> dict[str, list[Prompt]]:
+    """Prompts by task type: the built-in sets, or a JSONL file (Spec-Bench format included)."""
+    from picker.tasks import builtin_prompts, builtin_tasks
+    from picker.tasks.files import load_prompt_file, parse_category_map
+
+    mapping = parse_category_map(category_map)  # checked even when unused: a typo is still a typo
+    if prompts == "builtin":
+        chosen = tasks or list(builtin_tasks())
+        missing = [t for t in chosen if t not in builtin_tasks()]
+        if missing:
+            raise UserError(f"no built-in prompts for {', '.join(missing)}; built-in: {', '.join(builtin_tasks())}",
+                            field="--tasks")
+        loaded = builtin_prompts(chosen, limit, seed)
+    else:
+        loaded = load_prompt_file(prompts, mapping)
+        chosen = tasks or list(dict.fromkeys(p.task for p in loaded))
+    by_task: dict[str, list[Prompt]] = {t: [] for t in chosen}
+    for p in loaded:
+        if p.task in by_task:
+            by_task[p.task].append(p)
+    empty = [t for t, ps in by_task.items() if not ps]
+    if empty:
+        raise UserError(f"no prompts of task type {', '.join(empty)}", file=None if prompts == "builtin" else prompts,
+                        field="--tasks")
+    return by_task
+
+
+def resolve_model(model: str, artifacts: dict[str, Path]) -> tuple[Path, dict[str, Path]]:
+    """``zoo`` builds (or reuses) the CI zoo and fills in its draft and heads; else a local folder."""
+    if model not in ("zoo", "zoo:ci", "zoo:small"):
+        return Path(model), artifacts
+    from picker.plugins import load_strategies
+    from picker.runtime import zoo_artifacts
+    from picker.zoo import build_zoo  # type: ignore[attr-defined]
+
+    paths = build_zoo("small" if model == "zoo:small" else "ci")
+    by_kind = zoo_artifacts(paths)  # the draft model, and <zoo root>/<kind>/ for trained heads
+    found = dict(artifacts)
+    for name, plugin in load_strategies().items():
+        kind = plugin.capabilities.artifact
+        where = by_kind.get(kind) if kind is not None else None
+        if where is not None and where.exists() and name not in found:
+            found[name] = where
+    return Path(paths.target), found

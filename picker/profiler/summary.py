@@ -1,0 +1,153 @@
+"""``summary.json``: one cell per task × strategy × temperature × draft shape, from the records alone.
+
+The summary is a pure function of ``records.jsonl`` (plus run metadata), rewritten atomically, so
+whatever stops a run — a kill, Ctrl-C, a failing endpoint — the summary on disk is consistent
+with the records on disk. ``specpick recommend --measurements`` reads it
+(``picker.measurements.Cell``).
+
+    >>> from picker.profiler.records import CellKey, Record
+    >>> key = CellKey("math", "ngram", 0.0, 2)
+    >>> recs = [Record(key, ("m0",), tokens=8, forwards=4, steps=3, drafted=6, accepted=4, wall_s=0.5)]
+    >>> cell = build_summary(recs, {}, {})["cells"][0]
+    >>> cell["alpha"], cell["tau"], cell["tokens_per_second"], cell["target_forwards"]
+    (0.666667, 2.333333, 16.0, 4)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from picker.profiler.records import CellKey, Record
+from picker.profiler.stats import CellStats, cell_stats, tau_by_depth
+from picker.profiler.stopping import StepCost, step_cost
+
+SCHEMA = "specpicker.profile.summary/1"
+CONVENTIONS = {
+    "alpha": "accepted draft tokens / proposed draft tokens (bonus excluded; vLLM's acceptance rate)",
+    "alpha_iid": "accepted / examined draft positions: the per-token alpha of E[L]=(1-a^(N+1))/(1-a)",
+    "alpha_ci": "95% interval; alpha_ci_method: bootstrap-prompts (generations resampled) or "
+                "wilson-tokens (fewer than 5 generations)",
+    "per_position": "P(position k accepted | positions < k accepted), k = 0..N-1",
+    "tau": "tokens per verify step that carried drafts, bonus included: 1 + accepted / draft_steps",
+    "decode_steps": "target forwards after the prefill (vllm: a lower bound, from tokens - accepted)",
+    "tau_by_depth": "predicted tau had the chain stopped at depth 1..N, from per_position",
+    "tokens_per_forward": "new tokens / target forwards (prefill and steps without drafts included)",
+    "cost_ratio": "c = (draft seconds per draft token) / (verify seconds per verify step)",
+    "speedup_vs_plain": "tokens/s over tokens/s of plain decoding, both on the prompts both ran, batch 1",
+    "break_even_alpha": "alpha_iid at which E[L](a, N) = N*c + v (batch 1, measured c and v; v = 1 and "
+                        "c = cost_ratio without a plain baseline): below it speculation is slower",
+    "samples": "independent units behind the interval: generations (waves for counter sources)",
+}
+
+
+def _r(x: float | None, nd: int = 6) -> float | None:
+    return None if x is None else round(float(x), nd)
+
+
+def _break_even(key: CellKey, cost: StepCost) -> float | None:
+    """The i.i.d. α (compare ``alpha_iid``) below which this chain is slower than plain at batch 1."""
+    if key.tree is not None or key.num_draft_tokens < 1:
+        return None
+    from policies.theory import break_even_alpha
+
+    return break_even_alpha(key.num_draft_tokens, cost.c, cost.v)
+
+
+def _reached(per_position: list[float | None]) -> list[float]:
+    out: list[float] = []
+    for p in per_position:
+        if p is None:
+            break
+        out.append(p)
+    return out
+
+
+def _speedup(records: Sequence[Record], plain: Sequence[Record]) -> float | None:
+    """tokens/s ratio over the prompts both the cell and plain decoding ran (lengths differ by prompt)."""
+    shared = {p for r in records for p in r.prompt_ids} & {p for r in plain for p in r.prompt_ids}
+    ours = [r for r in records if set(r.prompt_ids) <= shared]
+    theirs = [r for r in plain if set(r.prompt_ids) <= shared]
+    wall, plain_wall = sum(r.wall_s for r in ours), sum(r.wall_s for r in theirs)
+    if not ours or not theirs or wall <= 0 or plain_wall <= 0 or not sum(r.tokens for r in theirs):
+        return None
+    return (sum(r.tokens for r in ours) / wall) / (sum(r.tokens for r in theirs) / plain_wall)
+
+
+def _cell_entry(key: CellKey, records: Sequence[Record], stats: CellStats, plain: Sequence[Record],
+                plain_stats: CellStats | None, stopped: str | None) -> dict[str, Any]:
+    speedup = _speedup(records, plain)
+    cost = step_cost(stats, plain_stats)
+    ci = stats.alpha_ci if stats.alpha_ci is not None else (0.0, 1.0)
+    return {
+        "task": key.task, "strategy": key.strategy, "temperature": key.temperature,
+        "num_draft_tokens": key.num_draft_tokens, "tree": key.tree,
+        "alpha": _r(stats.alpha if stats.alpha is not None else 0.0),
+        "alpha_ci": [_r(ci[0]), _r(ci[1])], "alpha_ci_method": stats.alpha_ci_method,
+        "alpha_iid": _r(stats.alpha_iid),
+        "alpha_iid_ci": [_r(x) for x in stats.alpha_iid_ci] if stats.alpha_iid_ci else None,
+        # Positions never examined (no earlier acceptance reached them) end the list: a position
+        # after one that was never reached is never reached either.
+        "per_position": [_r(p) for p in _reached(stats.per_position)] or None,
+        "per_position_n": stats.per_position_n[: len(_reached(stats.per_position))] or None,
+        "tau": _r(stats.tau), "tau_by_depth": tau_by_depth(stats.per_position) or None,
+        "tokens_per_forward": _r(stats.tokens_per_forward),
+        "cost_ratio": _r(stats.cost_ratio), "draft_s_per_token": _r(stats.draft_s_per_token, 9),
+        "verify_s_per_step": _r(stats.verify_s_per_step, 9),
+        "break_even_alpha": _r(_break_even(key, cost)),
+        "c_vs_plain_forward": _r(cost.c) if plain_stats else None,
+        "v_vs_plain_forward": _r(cost.v) if plain_stats else None,
+        "tokens_per_second": _r(stats.tokens_per_second, 3),
+        "speedup_vs_plain": _r(speedup, 4),
+        "samples": stats.samples, "draft_tokens": stats.drafted, "accepted_tokens": stats.accepted,
+        "draft_steps": stats.draft_steps, "decode_steps": stats.steps, "tokens": stats.tokens,
+        "target_forwards": stats.forwards,
+        "seconds": _r(stats.wall_s, 3), "stopped": stopped,
+        "source": sorted({r.source for r in records if r.source}),
+    }
+
+
+def build_summary(records: Sequence[Record], stops: Mapping[str, str], run: Mapping[str, Any]) -> dict[str, Any]:
+    """Aggregate every cell that has records; plain baselines go under ``baselines``."""
+    by_cell: dict[CellKey, list[Record]] = defaultdict(list)
+    for r in records:
+        by_cell[r.cell].append(r)
+    plain = {k.group: v for k, v in by_cell.items() if k.is_plain}
+    plain_stats = {g: cell_stats(v, seed_key="plain") for g, v in plain.items()}
+    cells, baselines = [], []
+    for key in sorted(by_cell, key=lambda k: (k.task, k.temperature, k.strategy, k.num_draft_tokens, k.tree or "")):
+        recs = by_cell[key]
+        if key.is_plain:
+            ps = plain_stats[key.group]
+            baselines.append({"task": key.task, "temperature": key.temperature, "strategy": key.strategy,
+                              "tokens_per_second": _r(ps.tokens_per_second, 3), "samples": ps.samples,
+                              "tokens": ps.tokens, "target_forwards": ps.forwards, "seconds": _r(ps.wall_s, 3),
+                              "stopped": stops.get(key.id)})
+            continue
+        stats = cell_stats(recs, seed_key=key.id)
+        cells.append(_cell_entry(key, recs, stats, plain.get(key.group, []), plain_stats.get(key.group),
+                                 stops.get(key.id)))
+    totals = {"records": len(records), "target_forwards": sum(r.forwards for r in records),
+              "seconds": round(sum(r.wall_s for r in records), 3)}
+    return {"schema": SCHEMA, "conventions": CONVENTIONS, "run": dict(run), "totals": totals,
+            "cells": cells, "baselines": baselines}
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write to a temporary file in the same folder, fsync, then rename over ``path``."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=2)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,206 @@
+"""Profile through the reference loop (``picker.loop.generate``) on a local Hugging Face target.
+
+Every generation runs on one thread by default (timings on a shared CPU swing 10-50x with more);
+per-step stats from the loop become record counters:
+
+- a step with ``drafted > 0`` after the prefill is a verify step; its positions ``0..accepted-1``
+  were accepted and position ``accepted`` was examined and rejected when ``first_rejection`` is
+  set (this holds for chains and for the accepted path of a tree alike);
+- ``draft_s`` / ``verify_s`` sum the loop's draft and verify seconds over decode steps (the
+  prefill is not a verify), so c = draft time per draft token / verify time per step.
+
+    >>> from picker.profiler.torch_source import step_counters
+    >>> from types import SimpleNamespace as S
+    >>> steps = [S(drafted=0, accepted=0, first_rejection=None, draft_seconds=0.0, verify_seconds=0.5),
+    ...          S(drafted=3, accepted=1, first_rejection=1, draft_seconds=0.03, verify_seconds=0.1)]
+    >>> c = step_counters(steps)
+    >>> c["steps"], c["drafted"], c["accepted"], c["pos_reached"], c["pos_accepted"], c["forwards"]
+    (1, 3, 1, [1, 1], [1, 0], 2)
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+import zlib
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from picker.errors import UserError
+from picker.profiler.records import CellKey, Record
+from picker.profiler.source import DraftConfig, GenParams
+from picker.runtime import build_drafter, encode, eos_token_ids, load_tokenizer
+from picker.tasks import Prompt, render_turn
+
+
+def step_counters(steps: Sequence[Any]) -> dict[str, Any]:
+    """Sum the loop's per-step records (``picker.loop.StepRecord``) into record counters."""
+    reached: list[int] = []
+    acc: list[int] = []
+    out = {"forwards": len(steps), "steps": 0, "draft_steps": 0, "drafted": 0, "accepted": 0,
+           "draft_s": 0.0, "verify_s": 0.0}
+    for i, s in enumerate(steps):
+        if i == 0:
+            continue  # the prefill: no draft, and its forward is no verify
+        out["steps"] += 1
+        out["draft_steps"] += 1 if s.drafted else 0
+        out["drafted"] += s.drafted
+        out["accepted"] += s.accepted
+        out["draft_s"] += s.draft_seconds
+        out["verify_s"] += s.verify_seconds
+        examined = s.accepted + (1 if s.first_rejection is not None else 0)
+        while len(reached) < examined:
+            reached.append(0)
+            acc.append(0)
+        for k in range(examined):
+            reached[k] += 1
+            acc[k] += 1 if k < s.accepted else 0
+    return {**out, "pos_reached": reached, "pos_accepted": acc}
+
+
+class TorchSource:
+    """The target (and per-strategy drafters) in this process; one generation at a time."""
+
+    name = "torch"
+    concurrency = 1
+    plain = True
+
+    def __init__(self, model: Path, artifacts: dict[str, Path], *, device: str = "cpu",
+                 dtype: str = "float32", threads: int = 1) -> None:
+        import torch
+
+        from picker.backend import TorchBackend
+
+        if threads > 0:
+            torch.set_num_threads(threads)
+        if not (model / "config.json").is_file():
+            raise UserError("not a Hugging Face model folder (no config.json)", file=str(model), field="--model")
+        self.model_dir, self.artifacts, self.device, self.threads = model, artifacts, device, threads
+        self.target = TorchBackend.from_pretrained(model, device=device, dtype=dtype)
+        self.tokenizer = load_tokenizer(model)
+        cfg = self.target.model.config.get_text_config()
+        self.max_positions = int(getattr(cfg, "max_position_embeddings", 2048))
+        self.eos = eos_token_ids(self.target) or None
+        self._drafters: dict[CellKey, tuple[Any, int]] = {}
+
+    def describe(self) -> dict[str, Any]:
+        return {"backend": "torch", "model": str(self.model_dir), "device": self.device, "threads": self.threads,
+                "artifacts": {k: str(v) for k, v in sorted(self.artifacts.items())}}
+
+    def configs(self, strategies: Sequence[str], num_draft_tokens: Sequence[int]) -> list[DraftConfig]:
+        from picker.plugins import load_strategies
+
+        plugins = load_strategies()
+        unknown = [s for s in strategies if s not in plugins]
+        if unknown:
+            raise UserError(f"not registered: {', '.join(unknown)}; registered: {', '.join(sorted(plugins))}",
+                            field="--strategies")
+        for s in strategies:
+            kind = plugins[s].capabilities.artifact
+            if kind is not None and s not in self.artifacts:
+                raise UserError(f"{s} needs its {kind}; give --artifact {s}=PATH (or --model zoo)",
+                                field="--artifact")
+        return [DraftConfig(s, n) for s in strategies for n in num_draft_tokens]
+
+    def measure(self, cell: CellKey, prompts: Sequence[Prompt], params: GenParams) -> Iterator[Record]:
+        for prompt in prompts:
+            yield self._one(cell, prompt, params)
+
+    def _drafter(self, cell: CellKey) -> tuple[Any, Any, int]:
+        """(drafter, capabilities, max_draft) for ``cell``; no drafter for the plain baseline."""
+        if cell.is_plain:
+            return None, None, 1
+        from picker.plugins import load_strategies
+
+        plugin = load_strategies()[cell.strategy]
+        key = CellKey("", cell.strategy, 0.0, cell.num_draft_tokens, cell.tree)  # shared across tasks
+        if key not in self._drafters:
+            self._drafters[key] = _make_drafter(plugin, self.target, self.artifacts.get(cell.strategy),
+                                                cell.num_draft_tokens)
+        drafter, max_draft = self._drafters[key]
+        return drafter, plugin.capabilities, max_draft
+
+    def _one(self, cell: CellKey, prompt: Prompt, params: GenParams) -> Record:
+        import numpy as np
+
+        from picker.drafting import SamplingParams
+        from picker.loop import generate
+
+        drafter, caps, max_draft = self._drafter(cell)
+        # One seeded stream per (prompt, cell): reruns reproduce, cells never share draws.
+        rng = np.random.default_rng([params.seed, zlib.crc32(prompt.id.encode()), zlib.crc32(cell.id.encode())])
+        history: list[str] = []
+        tokens, turns_counters = 0, []
+        start = time.perf_counter()
+        for turn in range(len(prompt.turns)):
+            ids = self._encode(render_turn(prompt, turn, history), params.max_new_tokens, cell.num_draft_tokens)
+            gen = generate(self.target, ids, drafter, caps, sampling=SamplingParams(temperature=cell.temperature),
+                           max_new_tokens=params.max_new_tokens, max_draft=max_draft,
+                           rng=rng, eos_token_id=self.eos, tokenizer=self.tokenizer)
+            history.append(gen.text or "")
+            tokens += len(gen.tokens)
+            turns_counters.append(step_counters(gen.records))
+        wall = time.perf_counter() - start
+        c = _sum(turns_counters)
+        return Record(cell=cell, prompt_ids=(prompt.id,), tokens=tokens, forwards=c["forwards"], steps=c["steps"],
+                      draft_steps=c["draft_steps"], drafted=c["drafted"], accepted=c["accepted"],
+                      pos_reached=tuple(c["pos_reached"]),
+                      pos_accepted=tuple(c["pos_accepted"]), draft_s=c["draft_s"], verify_s=c["verify_s"],
+                      wall_s=wall, source="torch-loop", extra={"turns": len(prompt.turns)})
+
+    def _encode(self, text: str, max_new: int, n_draft: int) -> list[int]:
+        """Token ids, cut from the left so prompt + output + one draft fit the model's positions."""
+        ids = encode(self.tokenizer, text)
+        room = self.max_positions - max_new - max(n_draft, 1) - 1
+        return ids[-room:] if room > 0 else ids[-1:]
+
+    def close(self) -> None:
+        self._drafters.clear()
+
+
+def _sum(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for part in parts:
+        for key, value in part.items():
+            if isinstance(value, list):
+                prev = out.get(key, [])
+                width = max(len(prev), len(value))
+                out[key] = [(prev[i] if i < len(prev) else 0) + (value[i] if i < len(value) else 0)
+                            for i in range(width)]
+            else:
+                out[key] = out.get(key, 0) + value
+    return out
+
+
+def _make_drafter(plugin: Any, target: Any, artifact: Path | None, n: int) -> tuple[Any, int]:
+    """(drafter, max_draft) for ``plugin`` drafting ``n`` tokens deep.
+
+    Plugins name their draft-length knobs differently today: ``num_draft_tokens`` (chain length;
+    tree drafters count the root too, SGLang's convention), ``depth``/``topk`` (a tree drafter run
+    as a top-1 chain, comparable with every chain strategy), Medusa's ``choices``, lookahead's
+    ``ngram`` (an n-gram proposes n-1 tokens). We pass the ones its factory declares; the loop's
+    ``max_draft`` caps the nodes verified per step at ``n`` except for lookahead-style drafters
+    that declare no draft length (their whole verification set rides in the forward).
+    """
+    if plugin.make_drafter is None:
+        raise UserError(f"{plugin.name} has no drafter to run locally", field="--strategies")
+    params = inspect.signature(plugin.make_drafter).parameters
+    options: dict[str, Any] = {}
+    tree_knobs = "depth" in params and "topk" in params
+    if tree_knobs:
+        options.update(depth=n, topk=1)
+    if "num_draft_tokens" in params:
+        options["num_draft_tokens"] = n + 1 if tree_knobs else n
+    if "choices" in params:
+        options["choices"] = [[0] * k for k in range(1, n + 1)]  # each head's top-1, chained
+    max_draft = n
+    if "ngram" in params and "num_draft_tokens" not in params:
+        options["ngram"] = n + 1
+        max_draft = 64  # the loop's default cap: G candidates of n tokens each
+    kind = plugin.capabilities.artifact
+    try:
+        drafter = build_drafter(plugin, target, {kind: artifact} if kind and artifact else {}, options)
+    except (ValueError, TypeError) as exc:
+        raise UserError(f"{plugin.name} cannot draft N={n}: {exc}", field="--num-draft-tokens") from None
+    return drafter, max_draft

