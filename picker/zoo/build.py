@@ -86,13 +86,30 @@ def zoo_path(size: ZooSize, out: Path | None = None) -> ZooPaths:
     return ZooPaths.at(cache_root() / f"{size}-{digest}")
 
 
-def build_zoo(size: ZooSize, out: Path | None = None, progress: bool = True) -> ZooPaths:
+def build_zoo(size: ZooSize, out: Path | None = None, progress: bool = True, heads: bool = True) -> ZooPaths:
     """Build (or find cached) the ``size`` zoo and return its paths.
 
     A folder that already holds a report of the same recipe hash is returned untouched; one that
-    holds another zoo build is replaced; any other non-empty folder is refused.
+    holds another zoo build is replaced; any other non-empty folder is refused. With ``heads`` the
+    trainable heads of every registered strategy that declares them (Medusa, EAGLE-3) are trained
+    on the target's own text next (``picker.zoo.heads``), or reused when their recipe matches.
     """
-    return build_recipe(_recipe(size), out=out, progress=progress)
+    recipe = _recipe(size)
+    paths = build_recipe(recipe, out=out, progress=progress)
+    if heads:
+        from picker.zoo.heads import HEAD_RECIPES, train_heads  # loads the plugins: only when asked
+
+        with _locked(paths.root.with_name(f".{paths.root.name}.lock")), _progress(progress) as bar:
+            tasks: dict[str, object] = {}
+
+            def on_step(artifact: str, step: int, loss: float) -> None:
+                if artifact not in tasks:
+                    total = HEAD_RECIPES[size].steps.get(artifact, 0)
+                    tasks[artifact] = bar.add_task(f"heads: {artifact}", total=total, info="")
+                bar.update(tasks[artifact], completed=step + 1, info=f"loss {loss:.3f}")
+
+            train_heads(paths, size, on_step=on_step)  # seeded, one thread (HeadRecipe.threads)
+    return paths
 
 
 def build_recipe(recipe: Recipe, out: Path | None = None, progress: bool = True) -> ZooPaths:

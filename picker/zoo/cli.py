@@ -56,8 +56,25 @@ def build(size: SizeOpt = Size.ci, out: OutOpt = None,
         raise _fail(exc) from None
     from rich.console import Console
 
-    Console().print(report_table(json.loads(paths.report.read_text())))
+    console = Console()
+    console.print(report_table(json.loads(paths.report.read_text())))
+    for line in heads_lines(paths.root):
+        console.print(line)
     typer.echo(str(paths.root))
+
+
+def heads_lines(root: Path) -> list[str]:
+    """One line per trained head artifact in the build: its steps, CPU seconds and accuracy."""
+    lines = []
+    for recipe in sorted(root.glob("*/recipe.json")):
+        rec = json.loads(recipe.read_text())
+        rep, cpu = rec.get("report", {}), rec.get("cpu_seconds", {})
+        acc = rep.get("depth_accuracy") or [row[0] for row in rep.get("accuracy", [])]
+        shown = " ".join(f"{a:.2f}" for a in acc)
+        lines.append(f"{recipe.parent.name}: {rec['recipe']['steps'].get(recipe.parent.name, 0)} steps, "
+                     f"{cpu.get('data', 0) + cpu.get('train', 0):.0f} CPU s (shared distillation data "
+                     f"{cpu.get('data', 0):.0f} s); held-out top-1 accuracy per depth: {shown}")
+    return lines
 
 
 @app.command()

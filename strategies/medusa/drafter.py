@@ -1,0 +1,150 @@
+"""The Medusa drafter: the heads' top-k candidates laid out on the stored tree, verified exactly.
+
+Per step it reads one vector, the target's final hidden state at the position that produced the
+pending token (``ctx.hidden["last"][-1]``), runs every head at once, takes each head's top-ranked
+tokens and fills the tree ``config.choices`` (cut to ``ctx.max_draft`` nodes; the stored order
+makes every prefix a valid tree). The candidates are chosen, not sampled, so the draft carries
+``p=None`` and the verifier's deterministic-draft rule keeps sampling exact.
+
+At temperature > 0 (unless ``sample_drafts=False``) the same shape is instead filled with tokens
+drawn from the heads' warped distributions and sent with ``p``: the verifier then accepts with
+``min(1, q/p)``, which keeps far more of a flat target's mass than ``q(d)`` for a top-k guess.
+
+    >>> import numpy as np, torch
+    >>> from picker.drafting import DraftContext, SamplingParams
+    >>> from strategies.medusa.heads import MedusaConfig, MedusaHeads
+    >>> heads = MedusaHeads(MedusaConfig(hidden_size=8, vocab_size=11, num_heads=2,
+    ...                                  choices=((0,), (1,), (0, 0))))
+    >>> drafter = MedusaDrafter(heads, lm_head=torch.randn(11, 8))
+    >>> ctx = DraftContext(tokens=[0, 5], prompt_len=2, sampling=SamplingParams(),
+    ...                    rng=np.random.default_rng(0), max_draft=8,
+    ...                    hidden={"last": np.ones((2, 8), dtype=np.float32)})
+    >>> draft = drafter.propose(ctx)
+    >>> draft.tree.parents, draft.p is None
+    ((-1, -1, 0), True)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from picker.drafting import Draft, DraftContext, MissingArtifact, SamplingParams
+from picker.sampling import warp
+from picker.tree import TokenTree
+from strategies.medusa.heads import CONFIG_NAME, MedusaHeads
+
+EMPTY = Draft(tree=TokenTree((), ()), p=None)
+
+
+class MedusaDrafter:
+    """Proposes a static-shaped token tree from Medusa heads; keeps no state between steps."""
+
+    # Only the final layer (``ctx.hidden["last"]``) is read; no intermediate layers are needed.
+    hidden_layers: tuple[int, ...] = ()
+
+    def __init__(
+        self,
+        heads: MedusaHeads,
+        lm_head: torch.Tensor,
+        choices: Sequence[Sequence[int]] | None = None,
+        sample_drafts: bool = True,
+    ) -> None:
+        self.heads = heads.eval()
+        self.lm_head = lm_head.detach()
+        self.choices = tuple(tuple(c) for c in (choices or heads.config.choices))
+        self.sample_drafts = sample_drafts
+        # Per cut size n: (choices[:n], heads needed, top-k width needed, the tree's shape).
+        self._plans = [self._plan(n) for n in range(len(self.choices) + 1)]
+
+    def _plan(self, n: int) -> tuple[tuple[tuple[int, ...], ...], int, int, TokenTree]:
+        used = self.choices[:n]
+        depth = max((len(c) for c in used), default=0)
+        width = max((c[-1] for c in used), default=-1) + 1
+        shape = TokenTree.from_choices(used, [list(range(width))] * depth)
+        return used, depth, width, shape
+
+    @torch.inference_mode()
+    def propose(self, ctx: DraftContext) -> Draft:
+        hidden = None if ctx.hidden is None else ctx.hidden.get("last")
+        if hidden is None or len(hidden) == 0 or ctx.max_draft <= 0:
+            return EMPTY  # nothing to read yet (or no room): plain decoding this step
+        used, depth, width, shape = self._plans[min(ctx.max_draft, len(self.choices))]
+        h = torch.as_tensor(hidden[-1], dtype=self.lm_head.dtype)
+        logits = self.heads.logits(h, self.lm_head, heads=depth)        # (depth, V)
+        if self.sample_drafts and not ctx.sampling.greedy:
+            return sampled_tree(shape, logits.double().numpy(), ctx.sampling, ctx.rng)
+        candidates = logits.topk(width, dim=-1).indices.tolist()        # ranks per head
+        return Draft(tree=TokenTree.from_choices(used, candidates), p=None)
+
+
+def sampled_tree(shape: TokenTree, logits: np.ndarray, sampling: SamplingParams,
+                 rng: np.random.Generator) -> Draft:
+    """Fill a fixed tree shape with tokens *drawn* from the heads' warped distributions.
+
+    Node c at depth d gets ``p[c] = warp(head_{d-1} logits)``, warped exactly as the loop warps q.
+    The children of one parent are drawn one after another without replacement (Gumbel-top-k,
+    which has the same law), in sibling order: the verifier's ``"without_replacement"`` regime,
+    exact for a shape fixed before drawing. A parent with fewer tokens of non-zero probability
+    than children keeps its first ones; the rest (and their subtrees) are left out, which
+    depends on p alone, never on the drawn tokens.
+    """
+    probs = warp(logits, sampling.temperature, sampling.top_k, sampling.top_p)  # (depth, V)
+    depths = shape.depths
+    tokens = [-1] * len(shape)
+    for parent in range(-1, len(shape)):
+        kids = [c for c in shape.children(parent) if parent < 0 or tokens[parent] >= 0]
+        if not kids:
+            continue
+        row = probs[depths[kids[0]] - 1]
+        support = np.flatnonzero(row > 0)
+        keys = np.log(row[support]) + rng.gumbel(size=support.size)
+        drawn = support[np.argsort(-keys, kind="stable")[: len(kids)]]
+        for child, tok in zip(kids, drawn):
+            tokens[child] = int(tok)
+    keep = [i for i, t in enumerate(tokens) if t >= 0]
+    index = {old: new for new, old in enumerate(keep)}
+    tree = TokenTree(tuple(tokens[i] for i in keep),
+                     tuple(-1 if shape.parents[i] < 0 else index[shape.parents[i]] for i in keep))
+    p = probs[[depths[i] - 1 for i in keep]]
+    return Draft(tree=tree, p=p, siblings="without_replacement")
+
+
+def _target_model(target_backend: Any) -> Any:
+    """The Hugging Face causal LM itself, or the one a backend wraps as ``.model``."""
+    for candidate in (target_backend, getattr(target_backend, "model", None)):
+        getter = getattr(candidate, "get_output_embeddings", None)
+        if getter is not None and getter() is not None:
+            return candidate
+    raise TypeError("medusa: target_backend must be a Hugging Face causal LM or wrap one as .model")
+
+
+def make_drafter(
+    *,
+    target_backend: Any,
+    artifact: str | Path | None = None,
+    choices: Sequence[Sequence[int]] | None = None,
+    sample_drafts: bool = True,
+) -> MedusaDrafter:
+    """Load heads from ``artifact`` (a folder written by ``MedusaHeads.save``) onto the target.
+
+    ``choices`` overrides the stored tree. ``sample_drafts``: at temperature > 0 draw the tree's
+    tokens from the heads (with p); when False, top-k tokens with ``p=None`` at every temperature.
+    The heads must match the target's width and vocabulary.
+    """
+    if artifact is None or not Path(artifact, CONFIG_NAME).is_file():
+        raise MissingArtifact(f"medusa needs a trained heads folder, got {artifact}", field="--heads")
+    model = _target_model(target_backend)
+    heads = MedusaHeads.load(artifact)
+    lm_head = model.get_output_embeddings().weight.detach()
+    if tuple(lm_head.shape) != (heads.config.vocab_size, heads.config.hidden_size):
+        raise MissingArtifact(
+            f"medusa heads at {artifact} expect vocab x hidden "
+            f"{heads.config.vocab_size} x {heads.config.hidden_size}, target has "
+            f"{lm_head.shape[0]} x {lm_head.shape[1]}", field="--heads"
+        )
+    return MedusaDrafter(heads, lm_head.to(heads.weight.dtype), choices, sample_drafts)
