@@ -72,7 +72,9 @@ class Decoder(Protocol):
 @dataclass(frozen=True)
 class StepRecord:
     """One target forward. ``first_rejection``: depth (0-based) of the first rejected draft
-    level, None when nothing was rejected (all accepted, or nothing drafted)."""
+    level, None when nothing was rejected (all accepted, or nothing drafted). ``draft_seconds``:
+    the drafter's time (``propose`` + ``observe``); ``verify_seconds``: the target forward,
+    verification and rollback."""
 
     drafted: int
     accepted: int
@@ -172,11 +174,13 @@ def generate(
         if want_hidden and fwd.hidden is not None:
             rows = [*range(n_pending), *(n_pending + i for i in result.accepted_nodes)]
             hidden = {k: h[0, rows] for k, h in fwd.hidden.items()}
+        t3 = time.perf_counter()
         if drafter is not None and reason is None:
             call_observe(drafter, StepOutcome(draft, result.accepted_nodes, result.tokens, seq,
                                               hidden, q_logits=q_logits))
+        draft_s = t1 - t0 + time.perf_counter() - t3  # drafting = propose + observe
         records.append(StepRecord(len(draft), result.num_accepted,
-                                  _first_rejection(draft.tree, result), len(emitted), t1 - t0, t2 - t1))
+                                  _first_rejection(draft.tree, result), len(emitted), draft_s, t2 - t1))
     seconds = time.perf_counter() - start
     stats = GenerationStats(len(records), sum(r.drafted for r in records),
                             sum(r.accepted for r in records), len(out), seconds,

@@ -60,7 +60,9 @@ def generate(
     prompt: Annotated[str, typer.Option(help="Prompt text.")],
     strategy: Annotated[str, typer.Option(help="none, or a registered strategy (specpick strategies).")] = "none",
     model: Annotated[str, typer.Option(help="'zoo' or a local Hugging Face folder.")] = "zoo",
-    draft: Annotated[str, typer.Option(help="Draft model for vanilla: 'zoo' or a local folder.")] = "zoo",
+    draft: Annotated[str | None, typer.Option(
+        help="Draft model (vanilla): 'zoo' or a local folder sharing the target's tokenizer; "
+             "defaults to the zoo draft when --model is zoo.")] = None,
     heads: Annotated[Path | None, typer.Option(help="Trained heads folder (medusa, eagle3).")] = None,
     max_new_tokens: Annotated[int, typer.Option(min=1, max=100_000)] = 64,
     temperature: Annotated[float, typer.Option(min=0.0, max=10.0)] = 0.0,
@@ -105,7 +107,7 @@ class Request:
 
     prompt: str
     model: str
-    draft: str
+    draft: str | None
     heads: Path | None
     options: dict[str, Any]
     max_new_tokens: int
@@ -120,25 +122,16 @@ class Request:
     threads: int
 
 
-def _run(plugin: Any, req: Request) -> dict[str, Any]:
-    """Resolve models and artifacts, build the drafter, run the loop; the JSON-ready result."""
-    import numpy as np
-    import torch
-
+def _resolve(plugin: Any, req: Request) -> tuple[Path, dict[str, Path]]:
+    """The target folder and the artifacts by kind (``zoo`` builds the zoo ci on first use)."""
     from picker import runtime
-    from picker.backend import TorchBackend
-    from picker.drafting import SamplingParams
-    from picker.loop import generate as run_loop
 
-    if req.threads > 0:
-        torch.set_num_threads(req.threads)
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()  # this process is ours: no "Loading weights" bars on stderr
-    # The draft model is resolved only for a strategy that declares it needs one.
+    # A draft model is resolved only for a strategy that declares it needs one; the zoo draft is
+    # the default only beside the zoo target (it would not share a user model's tokenizer).
     wants_draft = plugin is not None and plugin.capabilities.artifact == "draft_model"
+    draft = req.draft if req.draft is not None or req.model != runtime.ZOO else runtime.ZOO
     zoo = None
-    if req.model == runtime.ZOO or (wants_draft and req.draft == runtime.ZOO):
+    if req.model == runtime.ZOO or (wants_draft and draft == runtime.ZOO):
         zoo = runtime.zoo_paths()
     artifacts: dict[str, Path] = {}
     if zoo is not None and req.model == runtime.ZOO:
@@ -147,10 +140,30 @@ def _run(plugin: Any, req: Request) -> dict[str, Any]:
     else:
         target_dir = runtime.model_folder(req.model, "--model")
     if wants_draft:
-        draft_dir = zoo.draft if zoo is not None and req.draft == runtime.ZOO else None
-        artifacts["draft_model"] = draft_dir or runtime.model_folder(req.draft, "--draft")
+        if draft is None:
+            raise UserError("needs --draft PATH (a draft model with the target's tokenizer)", field="--draft")
+        artifacts["draft_model"] = zoo.draft if zoo is not None and draft == runtime.ZOO \
+            else runtime.model_folder(draft, "--draft")
     if req.heads is not None and plugin is not None and plugin.capabilities.artifact is not None:
         artifacts[plugin.capabilities.artifact] = req.heads
+    return target_dir, artifacts
+
+
+def _run(plugin: Any, req: Request) -> dict[str, Any]:
+    """Load the target, build the drafter, run the loop; the JSON-ready result."""
+    import numpy as np
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    from picker import runtime
+    from picker.backend import TorchBackend
+    from picker.drafting import SamplingParams
+    from picker.loop import generate as run_loop
+
+    if req.threads > 0:
+        torch.set_num_threads(req.threads)
+    hf_logging.disable_progress_bar()  # this process is ours: no "Loading weights" bars on stderr
+    target_dir, artifacts = _resolve(plugin, req)
     target = TorchBackend.from_pretrained(target_dir, device=req.device, dtype=req.dtype)
     tokenizer = runtime.load_tokenizer(target_dir)
     ids = runtime.encode(tokenizer, req.prompt)

@@ -20,8 +20,8 @@ def make_drafter(
     *,
     target_backend: Any = None,
     artifact: Any = None,
-    num_draft_tokens: int = 5,
-    n_max: int = 3,
+    num_draft_tokens: int = 8,
+    n_max: int = 4,
     n_min: int = 1,
 ) -> PromptLookupDrafter:
     """No model, no artifact: ``num_draft_tokens`` and the match sizes ``n_max``..``n_min`` are its knobs."""

@@ -32,7 +32,7 @@ EMPTY = Draft(tree=TokenTree((), ()), p=None)
 class PromptLookupDrafter:
     """Longest-suffix n-gram match over prompt + output; proposes up to ``num_draft_tokens``."""
 
-    def __init__(self, num_draft_tokens: int = 5, n_max: int = 3, n_min: int = 1) -> None:
+    def __init__(self, num_draft_tokens: int = 8, n_max: int = 4, n_min: int = 1) -> None:
         if not 1 <= n_min <= n_max:
             raise ValueError("need 1 <= n_min <= n_max")
         if num_draft_tokens < 1:
@@ -82,8 +82,8 @@ class PromptLookupDrafter:
 
 
 def make_drafter(
-    *, target_backend: object = None, artifact: object = None, num_draft_tokens: int = 5,
-    n_max: int = 3, n_min: int = 1,
+    *, target_backend: object = None, artifact: object = None, num_draft_tokens: int = 8,
+    n_max: int = 4, n_min: int = 1,
 ) -> PromptLookupDrafter:
     """Prompt lookup needs no model and no artifact: the arguments are its own knobs."""
     return PromptLookupDrafter(num_draft_tokens=num_draft_tokens, n_max=n_max, n_min=n_min)

@@ -1,0 +1,140 @@
+"""Sampling through any strategy gives the target's distribution: chi-square on the first tokens.
+
+At a fixed context we draw the first three generated tokens K times at temperature 1 through the real
+loop and compare with the target's exact joint distribution (``harness.exact_joint``: bins that
+expect at least 5 samples). Token 1 comes from the prefill; tokens 2 and 3 come from the first
+verify step (first draft position, then the second position or the correction / bonus), so the
+residual, the bonus and the tree walk are all exercised. The context is a short seed text followed
+by the target's own greedy continuation: a small model's greedy text loops, so every strategy has
+something plausible to propose (look-up drafts then carry real probability under q, which is what
+gives the planted-bug test its power), whatever zoo build the suite runs on.
+
+The default run (K = 1000) catches integration bugs of a few percent; the planted bug below (a loop
+that draws the correction from q instead of the residual norm(max(0, q - p))) fails it, with only
+600 samples. The slow
+run (K = 60 000) adds a binomial z-test per bin that catches a shift of one percentage point in
+any bin: z = 0.01 / sqrt(pi (1 - pi) / K) is 24.6 at pi = 0.01, 8.2 at pi = 0.1 and 4.9 at the
+worst case pi = 0.5, against a Bonferroni-corrected two-sided critical value of about 4.4 (level
+1e-3 over a few hundred bins).
+
+The target is a :class:`ReplayBackend`: the real model with forwards memoised by their whole input,
+so the thousands of identical prefills cost one.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+from scipy import stats
+
+import picker.loop
+from picker.backend import TorchBackend
+from picker.drafting import SamplingParams
+from picker.loop import generate
+from picker.sampling import inverse_cdf
+from picker.tree import TokenTree
+from picker.verify import VerifyResult
+from tests.conformance.conftest import Strategy
+from tests.conformance.harness import ReplayBackend, bin_of, chi_square, exact_joint
+
+PROMPT = "x = 1\ny = 2\nz = 3\nx = 1\ny = 2\nz = 3\nx = 1\ny ="
+DEPTH, K, PLANTED_K, SLOW_K, GREEDY = 3, 1000, 600, 60_000, 24
+PLANTED = ("vanilla", "ngram")  # one chain with sampled p, one deterministic chain
+# Fixed seeds make each test deterministic; 1e-4 keeps a correct strategy from failing by chance
+# (7 strategies x 1 test) while the planted bug sits many orders of magnitude below (1e-6 asserted).
+NULL_LEVEL = 1e-4
+# Warped as a deployment would: temperature, top-k and top-p, applied identically to q and p.
+# The zoo's tiny target is nearly flat at T = 1 over 2048 tokens; top-k keeps the joint of three
+# tokens within a few hundred outcomes, so bins are well filled and contexts repeat.
+SAMPLING = SamplingParams(temperature=0.9, top_k=6, top_p=0.95)
+
+
+@pytest.fixture(scope="session")
+def replay(target: TorchBackend) -> ReplayBackend:
+    return ReplayBackend(target.model)
+
+
+@pytest.fixture(scope="session")
+def prompt_ids(tokenizer: Any, target: TorchBackend) -> list[int]:
+    from picker.runtime import encode
+
+    seed = encode(tokenizer, PROMPT)
+    return [*seed, *generate(target, seed, max_new_tokens=GREEDY).tokens]
+
+
+def draw(strategy: Strategy, target: TorchBackend, ids: list[int], k: int, seed: int) -> list[list[int]]:
+    rng = np.random.default_rng(seed)
+    return [generate(target, ids, strategy.drafter, strategy.caps, sampling=SAMPLING,
+                     max_new_tokens=DEPTH, rng=rng).tokens for _ in range(k)]
+
+
+def test_first_tokens_follow_the_target_distribution(
+    strategy: Strategy, replay: ReplayBackend, prompt_ids: list[int]
+) -> None:
+    bins = exact_joint(replay, prompt_ids, DEPTH, K, SAMPLING)
+    samples = draw(strategy, replay, prompt_ids, K, seed=1)
+    pvalue, dof = chi_square(samples, bins)
+    assert dof >= 10, "too few bins for a meaningful test"
+    assert pvalue > NULL_LEVEL, f"{strategy.name}: chi-square p = {pvalue:.2e} over {dof} dof"
+
+
+@pytest.mark.slow
+def test_first_tokens_follow_the_target_distribution_to_one_percent(
+    strategy: Strategy, replay: ReplayBackend, prompt_ids: list[int]
+) -> None:
+    bins = exact_joint(replay, prompt_ids, DEPTH, SLOW_K, SAMPLING)
+    samples = draw(strategy, replay, prompt_ids, SLOW_K, seed=2)
+    pvalue, dof = chi_square(samples, bins)
+    assert pvalue > NULL_LEVEL, f"{strategy.name}: chi-square p = {pvalue:.2e} over {dof} dof"
+    counts = Counter(bin_of(s, bins) for s in samples)
+    critical = stats.norm.isf(1e-3 / (2 * len(bins)))  # Bonferroni over every bin, two-sided
+    for key, pi in bins.items():
+        z = (counts.get(key, 0) / SLOW_K - pi) / np.sqrt(pi * (1 - pi) / SLOW_K)
+        assert abs(z) < critical, f"{strategy.name}: bin {key} off by z = {z:.1f}"
+
+
+# -- the planted bug ------------------------------------------------------------------------------
+
+def chain_skipping_residual(draft: Sequence[int], p: Any, q: Any, rng: np.random.Generator) -> VerifyResult:
+    """Accepts like Leviathan et al., but draws the correction from q_i instead of the residual."""
+    n, q = len(draft), np.asarray(q)
+    u = rng.random(n + 1)
+    for i, d in enumerate(draft):
+        p_d = 1.0 if p is None else float(np.asarray(p)[i, d])
+        if u[i] * p_d >= q[i, d]:
+            return VerifyResult(i, (*draft[:i], inverse_cdf(q[i], u[n])), tuple(range(i)))
+    return VerifyResult(n, (*draft, inverse_cdf(q[n], u[n])), tuple(range(n)))
+
+
+def tree_skipping_residual(tree: TokenTree, p: Any, q: Any, rng: np.random.Generator,
+                           siblings: str = "iid") -> VerifyResult:
+    """Tries siblings against the unchanged q, and draws the extra token from it."""
+    q = np.asarray(q)
+    node, path = -1, []
+    while True:
+        chosen = next((c for c in tree.children(node)
+                       if rng.random() * (1.0 if p is None else float(np.asarray(p)[c, tree.tokens[c]]))
+                       < q[node + 1, tree.tokens[c]]), None)
+        if chosen is None:
+            break
+        node = chosen
+        path.append(node)
+    extra = inverse_cdf(q[node + 1], rng.random())
+    return VerifyResult(len(path), (*(tree.tokens[c] for c in path), extra), tuple(path))
+
+
+def test_a_loop_that_skips_the_residual_fails_the_chi_square(
+    strategy: Strategy, replay: ReplayBackend, prompt_ids: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same test with a planted bug: it must fail (a sampled-p and a deterministic strategy)."""
+    if strategy.name not in PLANTED:
+        pytest.skip(f"the planted bug is shown on {', '.join(PLANTED)}")
+    monkeypatch.setattr(picker.loop, "verify_sample_chain", chain_skipping_residual)
+    monkeypatch.setattr(picker.loop, "verify_sample_tree", tree_skipping_residual)
+    bins = exact_joint(replay, prompt_ids, DEPTH, PLANTED_K, SAMPLING)
+    pvalue, dof = chi_square(draw(strategy, replay, prompt_ids, PLANTED_K, seed=1), bins)
+    assert pvalue < 1e-6, f"the planted bug went unnoticed: p = {pvalue:.2e} over {dof} dof"

@@ -1,0 +1,28 @@
+"""A third-party test strategy, `repeat-last`: guess that the last token repeats, k times.
+
+Registered through the ``specpicker.strategies`` entry point of its own distribution
+(``specpicker-testplugin``), exactly as an outside plugin would be.
+
+    >>> PLUGIN.name, PLUGIN.capabilities.deterministic_draft
+    ('repeat-last', True)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from picker.plugins import Capabilities, StrategyPlugin
+
+
+def make_drafter(*, target_backend: Any = None, artifact: Any = None, num_draft_tokens: int = 3) -> Any:
+    from specpicker_testplugin.drafter import RepeatLastDrafter
+
+    return RepeatLastDrafter(num_draft_tokens)
+
+
+PLUGIN = StrategyPlugin(
+    name="repeat-last",
+    summary="Test plugin: proposes the last token again, k times (deterministic).",
+    capabilities=Capabilities(deterministic_draft=True, draft_cost="cpu_lookup"),
+    make_drafter=make_drafter,
+)
