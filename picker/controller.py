@@ -209,7 +209,6 @@ class Controller:
 
     def _choose_off(self, key: tuple[str | None, int], cell: int, cfg: SpecConfig) -> SpecConfig:
         """An off bucket: count the decision (dwell and probe schedule) and maybe answer with a probe."""
-        p = self.params
         with self._lock:
             st = self._buckets.get(key)
             if st is None or cell not in st.off:  # switched back on since the lock-free read

@@ -46,14 +46,16 @@ def _family(options: list[Option], chosen: Option) -> list[Option]:
 def _speedup_at(scorer: Scorer, opt: Option, bs: list[Bucket], batch: int | None = None,
                 temperature: float | None = None, which: int = 0) -> float:
     """Workload speedup of ``opt`` with the batch and/or temperature pinned (weights kept)."""
-    pairs = []
-    for b in bs:
-        b2 = Bucket(b.task, batch or b.batch, b.temperature if temperature is None else temperature, b.weight)
-        pairs.append((b.weight, scorer.bucket_speedup(opt, b2)[which]))
-    return harmonic(pairs)
+    return harmonic([(b.weight, scorer.bucket_speedup(opt, b)[which]) for b in _pinned(bs, batch, temperature)])
+
+
+def _pinned(bs: list[Bucket], batch: int | None = None, temperature: float | None = None) -> list[Bucket]:
+    return [Bucket(b.task, batch or b.batch, b.temperature if temperature is None else temperature, b.weight)
+            for b in bs]
 
 
 def temperature_switch(scorer: Scorer, opt: Option, bs: list[Bucket]) -> TemperatureSwitch:
+    scorer.prime([opt], [b for t in TEMPERATURE_GRID for b in _pinned(bs, temperature=t)])
     for t in TEMPERATURE_GRID:
         if _speedup_at(scorer, opt, bs, temperature=t) < 1.0:
             return TemperatureSwitch(above=round(max(t - 0.1, 0.0), 1), action="disable",
@@ -68,6 +70,7 @@ def batch_schedule(scorer: Scorer, options: list[Option], chosen: Option, bs: li
     kept = [b for b in bs if switch.above is None or b.temperature <= switch.above] or bs
     points, best_s = [], {}
     cap = chosen.config.depth
+    scorer.prime(family, [b for batch in SCHEDULE_BATCHES for b in _pinned(kept, batch=batch)])
     for batch in SCHEDULE_BATCHES:
         # Never lengthen as the batch grows: verification only gets dearer with more tokens in flight.
         allowed = [o for o in family if o.config.depth <= cap] or family

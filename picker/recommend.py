@@ -15,15 +15,18 @@ buckets b, since the time to emit the workload's tokens is what the deployment s
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from picker.engine_configs import ENGINE_VERIFIES_TREES
-from picker.measurements import Measurements
+from picker.measurements import TEMPERATURE_MATCH, Cell, Measurements
 from picker.plugins import Capabilities, StrategyPlugin, load_strategies
 from picker.workload import WorkloadProfile
 from policies import analytic
 from policies.analytic import Config, CostContext
 from policies.costmodel import eagle_layer_shape, medusa_heads_shape
+from policies.features import Candidate, Evidence, base_range, evidence_from_cell
 from policies.priors import load_priors
 from policies.roofline import ModelShape
 
@@ -64,6 +67,9 @@ class Option:
     mean: float = 0.0
     low: float = 0.0
     high: float = 0.0
+    # Per-option memo tables: hashing (name, Config, ...) keys dominated the decision's run time.
+    costs: dict = field(default_factory=dict, repr=False)
+    speedups: dict = field(default_factory=dict, repr=False)
 
     @property
     def caps(self) -> Capabilities:
@@ -75,52 +81,132 @@ class Option:
 
 
 class Scorer:
-    """Speedups of options on buckets, with the α evidence and step costs cached."""
+    """Speedups of options on buckets, with the evidence and step costs cached.
 
-    def __init__(self, profile: WorkloadProfile, measurements: Measurements | None) -> None:
+    Every speedup comes from a candidate row (``policies.features.Candidate``): the analytic model
+    alone by default, or a fitted policy estimator (``policies.estimator.SpeedupEstimator``) when
+    ``policy`` is given -- then rows are scored in batches (:meth:`prime`), since one call per row
+    would cost a millisecond each. ``measured_costs`` uses the step costs of the measured cells
+    (and ``verify_curve``) instead of the roofline; by default only when the measurements were
+    taken on the profile's own engine (a torch-backend profile says nothing about an engine's costs).
+    """
+
+    def __init__(self, profile: WorkloadProfile, measurements: Measurements | None, policy: Any = None, *,
+                 measured_costs: bool | None = None,
+                 verify_curve: Sequence[tuple[float, float]] | None = None) -> None:
         self.profile = profile
         self.measurements = measurements
+        self.policy = policy
         self.priors = load_priors()
         self.ctx = cost_context(profile)
-        self._alpha: dict[tuple[str, str, float], Alpha] = {}
-        self._cost: dict[tuple[str, Config, int], object] = {}
-        self._speedup: dict[tuple[str, Config, str, int, float], tuple[float, float, float]] = {}
+        backend = str(((getattr(measurements, "run", None) or {}).get("backend", ""))) if measurements else ""
+        self.measured_costs = backend == profile.engine.name if measured_costs is None else measured_costs
+        self.verify_curve = tuple(verify_curve) if verify_curve else None
+        self._evidence: dict[tuple[str, str, float, int], Evidence] = {}
 
-    def alpha(self, plugin: StrategyPlugin, task: str, temperature: float) -> Alpha:
-        """Top-1 per-token acceptance: measured where a cell exists, else the cited prior.
+    def _cells(self, name: str, task: str, temperature: float) -> list[Cell]:
+        """Measured chain cells of one strategy × task at the nearest measured temperature."""
+        if self.measurements is None:
+            return []
+        near = [c for c in self.measurements.cells if c.strategy == name and c.task == task and c.tree is None
+                and abs(c.temperature - temperature) <= TEMPERATURE_MATCH]
+        if not near:
+            return []
+        t = min(near, key=lambda c: abs(c.temperature - temperature)).temperature
+        return [c for c in near if c.temperature == t]
+
+    def evidence(self, plugin: StrategyPlugin, task: str, temperature: float, depth: int = 0) -> Evidence:
+        """Measured where a chain cell exists (the one at this depth, else the deepest: its
+        per-position rates cover every shorter chain), else the cited prior.
 
         Published tree results give an equivalent-chain α that already contains the tree's sibling
         gains; for strategies that draft trees we take the prior's chain α instead (EAGLE-1 Table 5
         ratio) and let the tree model add the siblings back, so they are not counted twice.
         """
-        key = (plugin.name, task, temperature)
-        if key not in self._alpha:
-            cell = self.measurements.lookup(plugin.name, task, temperature) if self.measurements else None
-            if cell is not None:
-                lo, hi = cell.alpha_ci
-                self._alpha[key] = Alpha(cell.alpha, lo, hi, "measured", (self.measurements.source,))
-            else:
-                p = self.priors.lookup(plugin.name, task, temperature)
-                scale = p.alpha_chain / p.alpha if plugin.capabilities.tree and p.alpha > 0 else 1.0
-                self._alpha[key] = Alpha(p.alpha * scale, p.alpha_low * scale, min(p.alpha_high * scale, 1.0),
-                                         "prior", tuple(p.citations))
-        return self._alpha[key]
+        key = (plugin.name, task, temperature, depth)
+        ev = self._evidence.get(key)
+        if ev is not None:
+            return ev
+        cells = self._cells(plugin.name, task, temperature)
+        if cells:
+            exact = [c for c in cells if c.num_draft_tokens == depth]
+            cell = max(exact or cells, key=lambda c: ((c.num_draft_tokens or 0), c.samples))
+            ev = evidence_from_cell(cell, plugin.capabilities, self.verify_curve,
+                                    self.measurements.source if self.measurements else "")
+            if ev.cost is None or not self.measured_costs:
+                ev = replace(ev, cost=None)
+            else:  # the fixed per-generation time (prefill) is spread over the workload's output length
+                out = self.profile.traffic.output_tokens.expected()
+                ev = replace(ev, cost=replace(ev.cost, output_tokens=out))
+        elif depth:
+            ev = self.evidence(plugin, task, temperature)  # the prior does not depend on depth
+        else:
+            p = self.priors.lookup(plugin.name, task, temperature)
+            scale = p.alpha_chain / p.alpha if plugin.capabilities.tree and p.alpha > 0 else 1.0
+            ev = Evidence(p.alpha * scale, p.alpha_low * scale, min(p.alpha_high * scale, 1.0),
+                          "prior", citations=tuple(p.citations))
+        self._evidence[key] = ev
+        return ev
+
+    def alpha(self, plugin: StrategyPlugin, task: str, temperature: float) -> Alpha:
+        """Top-1 per-token acceptance (accepted / examined positions) and where it came from."""
+        ev = self.evidence(plugin, task, temperature)
+        return Alpha(ev.alpha, ev.alpha_low, ev.alpha_high, ev.source, ev.citations)
 
     def cost(self, option: Option, batch: int):  # -> StepCost
-        key = (option.plugin.name, option.config, batch)
-        if key not in self._cost:
-            self._cost[key] = analytic.config_cost(option.caps, option.config, self.ctx, batch)
-        return self._cost[key]
+        cost = option.costs.get(batch)
+        if cost is None:
+            cost = option.costs[batch] = analytic.config_cost(option.caps, option.config, self.ctx, batch)
+        return cost
+
+    def candidate(self, option: Option, bucket: Bucket) -> Candidate:
+        """The policy's row for ``option`` on ``bucket`` (``policies.features``)."""
+        c = option.config
+        ev = self.evidence(option.plugin, bucket.task, bucket.temperature, 0 if c.is_tree else c.depth)
+        return Candidate(option.caps, c.depth, c.topk, c.num_draft_tokens, bucket.temperature, bucket.batch,
+                         self.ctx.context_len, bucket.task, ev, self.ctx)
 
     def bucket_speedup(self, option: Option, bucket: Bucket) -> tuple[float, float, float]:
         """(mean, low, high) speedup of ``option`` on one bucket, from the α range."""
-        key = (option.plugin.name, option.config, bucket.task, bucket.batch, bucket.temperature)
-        if key not in self._speedup:
-            a = self.alpha(option.plugin, bucket.task, bucket.temperature)
-            cost = self.cost(option, bucket.batch)
-            self._speedup[key] = tuple(  # type: ignore[assignment]
-                analytic.speedup(option.config, x, cost) for x in (a.mean, a.low, a.high))
-        return self._speedup[key]
+        key = (bucket.task, bucket.batch, bucket.temperature)
+        out = option.speedups.get(key)
+        if out is None:
+            if self.policy is not None:
+                self.prime([option], [bucket])
+                return option.speedups[key]
+            c = option.config
+            ev = self.evidence(option.plugin, bucket.task, bucket.temperature, 0 if c.is_tree else c.depth)
+            if ev.cost is None and not ev.per_position:  # α alone: the roofline cost model
+                cost = self.cost(option, bucket.batch)
+                out = (analytic.speedup(c, ev.alpha, cost), analytic.speedup(c, ev.alpha_low, cost),
+                       analytic.speedup(c, ev.alpha_high, cost))
+            else:  # per-position acceptance and/or measured step costs
+                ratio = self.cost(option, bucket.batch).step_ratio if ev.cost is None else None
+                out = base_range(self.candidate(option, bucket), ratio)
+            option.speedups[key] = out
+        return out
+
+    def prime(self, options: Sequence[Option], bs: Sequence[Bucket]) -> None:
+        """With a fitted policy, score every uncached (option, bucket) pair in one batch: one
+        estimator call per pair would cost a millisecond each. The analytic path needs no priming."""
+        if self.policy is None:
+            return
+        from policies.features import feature_matrix  # numpy + the estimator: only with a policy
+
+        todo = [(o, b) for o in options for b in bs if (b.task, b.batch, b.temperature) not in o.speedups]
+        if not todo:
+            return
+        cands = [self.candidate(o, b) for o, b in todo]
+        # The roofline step cost does not depend on α: one cached value serves all three rows.
+        ratios = [self.cost(o, b.batch).step_ratio if c.evidence.cost is None else None
+                  for (o, b), c in zip(todo, cands)]
+        mean = self.policy.predict(feature_matrix(cands, ratios))
+        low, _ = self.policy.predict_interval(feature_matrix(
+            [replace(c, evidence=c.evidence.at(c.evidence.alpha_low)) for c in cands], ratios))
+        _, high = self.policy.predict_interval(feature_matrix(
+            [replace(c, evidence=c.evidence.at(c.evidence.alpha_high)) for c in cands], ratios))
+        for (o, b), m, lo, hi in zip(todo, mean, low, high):
+            o.speedups[(b.task, b.batch, b.temperature)] = (float(m), float(min(lo, m)), float(max(hi, m)))
 
 
 def harmonic(weights_and_speedups: list[tuple[float, float]]) -> float:
@@ -221,6 +307,7 @@ def options_for(profile: WorkloadProfile, plugins: dict[str, StrategyPlugin], ta
 def score_all(scorer: Scorer, options: list[Option], bs: list[Bucket]) -> None:
     """Fill each option's workload speedup (mean, low, high), respecting the p99 ITL SLO."""
     slo = scorer.profile.slo.itl_p99_ms
+    scorer.prime(options, bs)
     for opt in options:
         per = [(b.weight, scorer.bucket_speedup(opt, b)) for b in bs]
         opt.mean = harmonic([(w, s[0]) for w, s in per])
@@ -235,11 +322,17 @@ def score_all(scorer: Scorer, options: list[Option], bs: list[Bucket]) -> None:
                 opt.notes.append(f"a rejected step takes {step_ms:.0f} ms > p99 ITL SLO {slo:g} ms")
 
 
-def recommend(profile: WorkloadProfile, measurements: Measurements | None = None, *, path: str = ""):
-    """Build the :class:`~picker.recommendation.Recommendation` for ``profile``."""
+def recommend(profile: WorkloadProfile, measurements: Measurements | None = None, *, path: str = "",
+              policy: Any = None, measured_costs: bool | None = None,
+              verify_curve: Sequence[tuple[float, float]] | None = None):
+    """Build the :class:`~picker.recommendation.Recommendation` for ``profile``.
+
+    ``policy`` is a fitted ``policies.estimator.SpeedupEstimator`` (``policies.artifacts``); without
+    one the analytic model scores every option. See :class:`Scorer` for ``measured_costs``.
+    """
     from picker.decide import decide  # the decision and its rendering into the contract
 
-    scorer = Scorer(profile, measurements)
+    scorer = Scorer(profile, measurements, policy, measured_costs=measured_costs, verify_curve=verify_curve)
     bs = buckets(profile)
     options = options_for(profile, load_strategies(), scorer.ctx.target)
     score_all(scorer, options, bs)

@@ -13,7 +13,6 @@ Everything here branches on declared capabilities, never on a strategy's name.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 from picker.plugins import Capabilities
 from policies.scalar import chain_length, solve_alpha, tree_length

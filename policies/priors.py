@@ -24,7 +24,7 @@ import json
 import math
 import statistics
 from importlib import resources
-from typing import Any, Literal, get_args
+from typing import Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator

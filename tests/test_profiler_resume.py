@@ -7,7 +7,6 @@ loopback; the test kills it mid-run, checks what is on disk, and resumes it.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys

@@ -90,6 +90,9 @@ def recommend(
     measurements: Annotated[Path | None, typer.Option(help="Profiler summary.json with measured acceptance.")] = None,
     fmt: Annotated[Fmt, typer.Option("--format", help="Output format.")] = Fmt.md,
     out: Annotated[Path | None, typer.Option(help="Write here instead of stdout.")] = None,
+    explain: Annotated[bool, typer.Option(help="Add the top candidates per task type with ranges and evidence.")] = False,
+    policy: Annotated[Path | None, typer.Option(help="Fitted policy artifact (JSON) for the learned correction.")] = None,
+    plot: Annotated[Path | None, typer.Option(help="Write a PNG of predicted speedup vs N and vs batch size.")] = None,
 ) -> None:
     """Recommend a speculative-decoding setting for a workload, with engine configs and a rollout."""
     from picker.measurements import load_measurements
@@ -99,6 +102,11 @@ def recommend(
 
     prof = load_profile(profile)
     meas = load_measurements(measurements) if measurements is not None else None
+    if explain or policy is not None or plot is not None:
+        from picker.explain import recommend_command
+
+        write_output(recommend_command(prof, meas, measurements, policy, explain, plot, fmt.value, str(profile)), out)
+        return
     write_output(render(build(prof, meas, path=str(profile)), fmt.value), out)
 
 
@@ -186,9 +194,9 @@ def main() -> None:  # pragma: no cover - console entry point
     app()
 
 
-# Command modules register themselves on `app`; they import nothing heavy until a command runs.
-from picker.cli import generate as _generate  # noqa: E402,F401  -- `specpick generate`
-from picker.cli import profile as _profile  # noqa: E402,F401  -- `specpick profile`
-from picker.zoo import cli as _zoo_cli  # noqa: E402  -- `specpick zoo build|path`
+from picker.cli import profile as _profile  # noqa: E402,F401  -- registers `specpick profile` on app
+from picker.cli import generate as _generate  # noqa: E402,F401  -- registers `specpick generate` on app
+from picker.cli import sweep as _sweep  # noqa: E402,F401  -- registers `specpick sweep` on app
+from picker.zoo import cli as _zoo_cli  # noqa: E402  -- `specpick zoo build|path|...`
 
 app.add_typer(_zoo_cli.app, name="zoo")

@@ -1,0 +1,317 @@
+"""The oracle: measure every grid point on the reference engine, at a stated cost.
+
+``specpick sweep`` runs the profiler (``picker.profiler``) with sequential stopping off over the
+full grid strategy × N × tree × temperature for a workload's task types, so every cell measures
+every prompt, interleaved prompt by prompt with the plain baseline. Records are the profiler's
+append-only JSONL (``records.jsonl``): a killed sweep continues with ``--resume`` and repeats no
+finished generation.
+
+Batch size: the reference engine (``picker.loop``) decodes one sequence at a time, so the sweep
+cannot measure batches. It measures instead what batching changes -- the time of one verify
+forward against the number of tokens in flight (``verify_curve.jsonl``: forwards of m query
+tokens over a cached context, m = 1 .. 64) -- and the cost model reads a batch of B sequences
+drafting N tokens as B·(N+1) tokens in flight (:func:`verify_ratio`). That is an approximation,
+stated wherever it is used: B sequences of N+1 tokens read B KV caches where one sequence of
+B·(N+1) tokens reads one.
+
+    >>> grid = sweep_grid({"ngram": Capabilities(deterministic_draft=True, draft_cost="cpu_lookup")},
+    ...                   chain_lengths=(1, 2), trees=((4, 2, 8),))
+    >>> [(g.strategy, g.num_draft_tokens, g.tree) for g in grid]
+    [('ngram', 1, None), ('ngram', 2, None)]
+    >>> tree_label(4, 2, 8), parse_tree_label("depth=4,topk=2,tokens=8")
+    ('depth=4,topk=2,tokens=8', (4, 2, 8))
+
+Cost: ``sweep.json`` states what the sweep spent (target forwards and seconds, per cell and in
+total, from the records), next to the grid it covered.
+"""
+
+from __future__ import annotations
+
+import bisect
+import inspect
+import json
+import math
+import os
+import statistics
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from picker.errors import UserError
+from picker.plugins import Capabilities
+from picker.profiler.records import CellKey
+from picker.profiler.source import DraftConfig
+from picker.profiler.torch_source import TorchSource, _make_drafter
+
+CHAIN_LENGTHS = (1, 2, 3, 4, 5, 6, 8)
+# Trees (depth, topk, verified tokens incl. the root; SGLang's convention). (5, 4, 8) is SGLang's
+# auto default for Llama targets; the others span wider and deeper shapes of similar budgets.
+TREES = ((3, 2, 6), (4, 2, 8), (5, 4, 8), (4, 4, 12), (6, 4, 16))
+TOKENS_IN_FLIGHT = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64)
+CURVE_REPEATS = 15
+SUMMARY_NAME, CURVE_NAME, SWEEP_NAME = "summary.json", "verify_curve.jsonl", "sweep.json"
+
+
+def tree_label(depth: int, topk: int, tokens: int) -> str:
+    """The profiler's tree label for a cell (``CellKey.tree``)."""
+    return f"depth={depth},topk={topk},tokens={tokens}"
+
+
+def parse_tree_label(label: str) -> tuple[int, int, int]:
+    """``depth=4,topk=2,tokens=8`` → (4, 2, 8)."""
+    try:
+        parts = dict(item.split("=") for item in label.split(","))
+        return int(parts["depth"]), int(parts["topk"]), int(parts["tokens"])
+    except (KeyError, ValueError):
+        raise ValueError(f"not a tree label: {label!r}") from None
+
+
+def sweep_grid(
+    capabilities: Mapping[str, Capabilities],
+    chain_lengths: Sequence[int] = CHAIN_LENGTHS,
+    trees: Sequence[tuple[int, int, int]] = TREES,
+    max_depth: Mapping[str, int] | None = None,
+) -> list[DraftConfig]:
+    """Every grid point: chains for every strategy, trees for those that declare ``tree``.
+
+    ``max_depth`` caps a strategy's depth (Medusa drafts no deeper than it has heads).
+    """
+    out: list[DraftConfig] = []
+    for name, caps in capabilities.items():
+        cap = (max_depth or {}).get(name)
+        out += [DraftConfig(name, n) for n in chain_lengths if cap is None or n <= cap]
+        if caps.tree:
+            out += [DraftConfig(name, tokens - 1, tree_label(d, k, tokens)) for d, k, tokens in trees
+                    if (cap is None or d <= cap) and d + 1 < tokens <= d * k + 1]
+    return out
+
+
+def medusa_choices(depth: int, topk: int, tokens: int, alpha: float = 0.7) -> list[list[int]]:
+    """Rank paths (Medusa's ``choices``) of the best ``tokens - 1`` node tree of this depth and top-k
+    under the sibling model α(1−α)^(i−1) (``policies.theory.best_tree``)."""
+    from policies import theory
+
+    parents, _ = theory.best_tree(theory.sibling_acceptance(alpha, topk), tokens - 1, max_depth=depth)
+    paths: list[list[int]] = []
+    seen: dict[int, int] = {}  # children counted so far per parent: a child's rank is its order
+    for parent in parents:
+        rank = seen.get(parent, 0)
+        seen[parent] = rank + 1
+        paths.append([*(paths[parent] if parent >= 0 else []), rank])
+    return paths
+
+
+class SweepSource(TorchSource):
+    """The profiler's torch source, able to run tree cells too (chains go through unchanged)."""
+
+    def __init__(self, *args: Any, grid: Sequence[DraftConfig], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.grid = list(grid)
+
+    def configs(self, strategies: Sequence[str], num_draft_tokens: Sequence[int]) -> list[DraftConfig]:
+        super().configs(strategies, [1])  # the artifact checks, with the profiler's messages
+        return [g for g in self.grid if g.strategy in strategies]
+
+    def _drafter(self, cell: CellKey) -> tuple[Any, Any, int]:
+        if cell.tree is None:
+            return super()._drafter(cell)
+        from picker.plugins import load_strategies
+
+        plugin = load_strategies()[cell.strategy]
+        key = CellKey("", cell.strategy, 0.0, cell.num_draft_tokens, cell.tree)
+        if key not in self._drafters:
+            self._drafters[key] = (_tree_drafter(plugin, self.target, self.artifacts.get(cell.strategy),
+                                                 *parse_tree_label(cell.tree)), cell.num_draft_tokens)
+        drafter, max_draft = self._drafters[key]
+        return drafter, plugin.capabilities, max_draft
+
+
+def _tree_drafter(plugin: Any, target: Any, artifact: Path | None, depth: int, topk: int, tokens: int) -> Any:
+    """A tree drafter from the knobs its factory declares: (depth, topk, tokens) or Medusa choices."""
+    params = inspect.signature(plugin.make_drafter).parameters
+    kwargs: dict[str, Any] = {"target_backend": target, "artifact": artifact}
+    if "depth" in params and "topk" in params:
+        kwargs.update(depth=depth, topk=topk, num_draft_tokens=tokens)
+    elif "choices" in params:
+        kwargs["choices"] = medusa_choices(depth, topk, tokens)
+    else:
+        return _make_drafter(plugin, target, artifact, tokens - 1)[0]
+    return plugin.make_drafter(**kwargs)
+
+
+# ----------------------------------------------------------------------------- verify time curve
+
+@dataclass(frozen=True)
+class CurvePoint:
+    """Median seconds of one verify forward of ``tokens`` query tokens over ``context`` cached ones."""
+
+    tokens: int
+    context: int
+    seconds: float
+
+
+def measure_verify_curve(
+    backend: Any,
+    path: Path,
+    *,
+    tokens_in_flight: Sequence[int] = TOKENS_IN_FLIGHT,
+    contexts: Sequence[int] = (128, 384),
+    repeats: int = CURVE_REPEATS,
+) -> list[CurvePoint]:
+    """Time one verify forward (a pending token plus a chain of m - 1 drafts) against m.
+
+    Rounds interleave every m (a shared CPU drifts; interleaving spreads the drift evenly); each
+    timing is appended to ``path`` as one JSON line as it completes, so a resumed sweep keeps what
+    was measured (and a larger ``repeats`` adds rounds). Returns :func:`curve_medians` of the file.
+    """
+    from picker.tree import TokenTree
+
+    done = read_curve_lines(path)
+    vocab = int(backend.vocab_size)
+    with path.open("a", encoding="utf-8") as fh:
+        for context in contexts:
+            prefix = [(7 * i + 3) % vocab for i in range(context)]
+            backend.prefill(prefix)
+            for r in range(repeats):
+                for m in tokens_in_flight:
+                    if sum(1 for d in done if d["tokens"] == m and d["context"] == context) > r:
+                        continue
+                    chain = TokenTree.from_chain([(5 * j + 11) % vocab for j in range(m - 1)])
+                    t0 = time.perf_counter()
+                    backend.forward([prefix[-1]], chain if m > 1 else None, logits_from=0)
+                    seconds = time.perf_counter() - t0
+                    backend.crop(context)
+                    line = {"tokens": m, "context": context, "seconds": seconds, "repeat": r}
+                    fh.write(json.dumps(line) + "\n")
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                    done.append(line)
+    return curve_medians(done)
+
+
+def read_curve_lines(path: Path) -> list[dict[str, Any]]:
+    """The timings in a ``verify_curve.jsonl`` (a torn last line is dropped)."""
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # only the last line can be torn; it is measured again
+    return out
+
+
+def curve_medians(lines: Sequence[Mapping[str, Any]]) -> list[CurvePoint]:
+    """One time per (m, context): the fastest repeat.
+
+    Contention on a shared CPU only ever adds time (seen here: repeats of one forward spread from
+    13 to 24 ms), so the minimum estimates the forward's own cost best (``timeit``'s rule); the
+    name stays for the callers.
+    """
+    groups: dict[tuple[int, int], list[float]] = {}
+    for d in lines:
+        groups.setdefault((int(d["tokens"]), int(d["context"])), []).append(float(d["seconds"]))
+    return [CurvePoint(m, c, min(v)) for (m, c), v in sorted(groups.items())]
+
+
+def verify_ratio(curve: Sequence[CurvePoint], tokens: float, base: float = 1.0) -> float:
+    """T(tokens) / T(base) from the measured curve (log-log interpolation, contexts pooled by
+    median ratio; beyond the largest m, extrapolated linearly in m from the last two points)."""
+    by_context: dict[int, list[CurvePoint]] = {}
+    for p in curve:
+        by_context.setdefault(p.context, []).append(p)
+    ratios = [_interp(sorted(ps, key=lambda p: p.tokens), tokens) / _interp(sorted(ps, key=lambda p: p.tokens), base)
+              for ps in by_context.values() if len(ps) >= 2]
+    if not ratios:
+        raise ValueError("the verify curve needs at least two token counts")
+    return statistics.median(ratios)
+
+
+def ratio_curve(curve: Sequence[CurvePoint]) -> list[tuple[float, float]]:
+    """(m, T(m)/T(1)) for every measured m, made non-decreasing by pooling adjacent violators.
+
+    More tokens in a forward never take less time; a dip in the medians is timing noise (a shared
+    CPU drifts by tens of percent), so violators are pooled (isotonic regression, equal weights).
+    """
+    ms = sorted({p.tokens for p in curve})
+    if len(ms) < 2:
+        return [(1.0, 1.0)]
+    blocks: list[list[float]] = []  # [sum, count, first m index]
+    for i, m in enumerate(ms):
+        blocks.append([verify_ratio(curve, m), 1.0, float(i)])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            total, count, _ = blocks.pop()
+            blocks[-1][0] += total
+            blocks[-1][1] += count
+    out: list[tuple[float, float]] = []
+    for b_i, (total, count, start) in enumerate(blocks):
+        end = int(blocks[b_i + 1][2]) if b_i + 1 < len(blocks) else len(ms)
+        out += [(float(ms[j]), total / count) for j in range(int(start), end)]
+    base = out[0][1]
+    return [(m, r / base) for m, r in out]
+
+
+def _interp(points: list[CurvePoint], m: float) -> float:
+    xs = [p.tokens for p in points]
+    ys = [p.seconds for p in points]
+    if m <= xs[0]:
+        return ys[0]
+    if m >= xs[-1]:
+        slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
+        return ys[-1] + max(slope, 0.0) * (m - xs[-1])
+    i = bisect.bisect_right(xs, m)
+    x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
+    w = (math.log(m) - math.log(x0)) / (math.log(x1) - math.log(x0))
+    return math.exp(math.log(y0) + w * (math.log(y1) - math.log(y0)))
+
+
+# ----------------------------------------------------------------------------- the cost statement
+
+def sweep_cost(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """What a sweep (or any profile) spent: target forwards and seconds, per cell and in total."""
+    cells = [*summary.get("cells", []), *summary.get("baselines", [])]
+    per_cell = [{"task": c["task"], "strategy": c["strategy"], "temperature": c["temperature"],
+                 "num_draft_tokens": c.get("num_draft_tokens", 0), "tree": c.get("tree"),
+                 "target_forwards": c.get("target_forwards") or 0, "seconds": c.get("seconds") or 0.0}
+                for c in cells]
+    return {"cells": len(per_cell),
+            "target_forwards": sum(c["target_forwards"] for c in per_cell),
+            "seconds": round(sum(c["seconds"] for c in per_cell), 3), "per_cell": per_cell}
+
+
+def write_sweep_file(out: Path, grid: Sequence[DraftConfig], meta: Mapping[str, Any],
+                     curve: Sequence[CurvePoint]) -> dict[str, Any]:
+    """``sweep.json``: the grid, the stated cost, the verify curve and how batches are handled."""
+    from picker.profiler.summary import write_json_atomic
+
+    summary = json.loads((out / SUMMARY_NAME).read_text(encoding="utf-8"))
+    curve_lines = read_curve_lines(out / CURVE_NAME)
+    cost = sweep_cost(summary)
+    cost["verify_curve"] = {"forwards": len(curve_lines),
+                            "seconds": round(sum(d["seconds"] for d in curve_lines), 3)}
+    data = {
+        "schema": "specpicker.sweep/1", **dict(meta),
+        "grid": [{"strategy": g.strategy, "num_draft_tokens": g.num_draft_tokens, "tree": g.tree} for g in grid],
+        "cost": cost,
+        "verify_curve": [vars(p) for p in curve],
+        "batch": "not measured: the reference engine decodes one sequence at a time; verify time is "
+                 "measured against tokens in flight (verify_curve) and a batch of B drafting N tokens "
+                 "is read as B*(N+1) tokens in flight by the cost model",
+    }
+    write_json_atomic(out / SWEEP_NAME, data)
+    return data
+
+
+def iter_cells(summary: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """Strategy cells of a sweep summary with a measured speedup."""
+    for c in summary.get("cells", []):
+        if c.get("speedup_vs_plain"):
+            yield c
+
+
+def check_grid(grid: Sequence[DraftConfig]) -> None:
+    if not grid:
+        raise UserError("the grid is empty: no strategy can run any configuration", field="--strategies")

@@ -1,0 +1,362 @@
+"""Candidate rows: one configuration in its deployment context, its evidence, and the analytic base.
+
+A :class:`Candidate` is what the policy scores: a strategy described by its declared capabilities
+(never its name), a configuration (chain of N, or a tree), the context (temperature, batch size,
+context length, task type, hardware, model size, engine) and the evidence behind it (α or
+per-position acceptance with a range, and measured step costs where they exist).
+:func:`base_speedup` is the analytic model -- E[L] over the step cost -- in pure Python, so the
+default ``specpick recommend`` path never imports numpy; :func:`feature_matrix` turns candidates
+into the numeric rows the learned correction (``policies.estimator``) reads, whose first column is
+the log of the analytic speedup.
+
+    >>> from picker.plugins import Capabilities
+    >>> ev = Evidence(alpha=0.8, alpha_low=0.7, alpha_high=0.9,
+    ...               cost=CostEvidence(draft_unit=0.1, verify=((1, 1.0), (8, 1.2))))
+    >>> c = Candidate(Capabilities(needs_draft_model=True), depth=4, evidence=ev)
+    >>> round(expected_length(c), 3), round(step_ratio(c), 3), round(base_speedup(c), 3)
+    (3.362, 1.552, 2.167)
+
+Step cost with measured evidence (units of one plain decode step, batch B, N drafts):
+``R = units·d + f·v(B·m) + (1 − f)`` where ``units`` are the draft forwards a step runs for this
+draft-cost kind, ``d`` the measured cost of one, ``m`` the verified tokens per sequence, ``v`` the
+verify-time curve against tokens in flight (``picker.sweep``) anchored to the loop's own measured
+ratio, and ``f`` the share of steps that drafted (prompt lookup drafts only on a match). Tokens per
+step are ``1 / (φ/E[L] + 1 − φ)`` with φ the share of output emitted by drafting steps -- φ carries
+across N, f does not. Without measured costs R comes from the roofline
+(``policies.analytic.config_cost``). With a fixed per-generation time F (prefill) over T output
+tokens the end-to-end speedup is ``(F + T) / (F + T·R / L)`` -- what a tokens/s measurement that
+includes the prefill sees.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from picker.plugins import Capabilities
+from picker.workload import TASK_TYPES
+from policies.analytic import Config, CostContext, config_cost
+from policies.analytic import expected_length as analytic_length
+
+DRAFT_COST_KINDS = ("draft_model", "target_layer", "heads", "cpu_lookup", "in_forward")
+# Anchoring the forward-only verify curve to the loop's measured ratio: below this rise the
+# measured point says nothing about the scale; the scale is clipped to a plausible dilution.
+ANCHOR_MIN_RISE = 0.05
+ANCHOR_SCALE = (0.2, 2.0)
+
+
+@dataclass(frozen=True)
+class CostEvidence:
+    """Step costs measured on the serving engine, in units of one plain decode step."""
+
+    draft_unit: float                 # d: seconds of one draft forward (or lookup) / plain step
+    draft_share: float = 1.0          # φ: share of output tokens emitted by steps that drafted
+    nodes_per_token: float = 1.0      # verified draft nodes per nominal draft token (lookahead: ~G)
+    fixed_steps: float = 0.0          # F: per-generation fixed time (prefill, setup) in plain steps
+    output_tokens: float = 0.0        # T: tokens per generation F is spread over (0: decode only)
+    verify: tuple[tuple[float, float], ...] = ()  # (tokens in flight, T(m)/T(1)) measured
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Acceptance (top-1, i.i.d. convention: accepted / examined positions) with its range."""
+
+    alpha: float
+    alpha_low: float
+    alpha_high: float
+    source: str = "prior"             # "measured" | "prior"
+    per_position: tuple[float, ...] = ()  # conditional acceptance of positions 1..k (chains)
+    cost: CostEvidence | None = None
+    citations: tuple[str, ...] = ()
+    tau: float | None = None          # measured tokens per drafting step at the profiled config
+
+    def at(self, alpha: float) -> Evidence:
+        """The same evidence with α moved to ``alpha`` (per-position rates scaled alike)."""
+        scale = alpha / self.alpha if self.alpha > 0 else 0.0
+        pp = tuple(min(1.0, p * scale) for p in self.per_position)
+        return replace(self, alpha=alpha, per_position=pp)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One configuration to score. ``tokens`` counts verified tokens incl. the root (trees)."""
+
+    caps: Capabilities
+    depth: int
+    topk: int = 1
+    tokens: int = 0
+    temperature: float = 0.0
+    batch: int = 1
+    context_len: int = 1024
+    task: str = "chat"
+    evidence: Evidence = Evidence(0.5, 0.5, 0.5)
+    ctx: CostContext | None = None    # the roofline's view of the deployment
+
+    @property
+    def is_tree(self) -> bool:
+        return self.topk > 1
+
+    @property
+    def nodes(self) -> int:
+        """Draft nodes verified per step (chain: N)."""
+        return (self.tokens - 1) if self.is_tree else self.depth
+
+    @property
+    def config(self) -> Config:
+        return Config(self.depth, self.topk, self.tokens if self.is_tree else self.depth + 1)
+
+
+def chain_length_positions(per_position: Sequence[float], tail: float, n: int) -> float:
+    """E[L] = 1 + Σ_{i≤N} Π_{j≤i} a_j; positions beyond the measured ones accept with ``tail``."""
+    total, reach = 1.0, 1.0
+    for i in range(n):
+        reach *= per_position[i] if i < len(per_position) else tail
+        total += reach
+    return total
+
+
+def drafted_length(c: Candidate, alpha: float | None = None) -> float:
+    """E[L] of a step that drafted (bonus included); ``alpha`` moves the evidence's α (per-position
+    rates scaled alike, as :meth:`Evidence.at`)."""
+    ev = c.evidence
+    a = ev.alpha if alpha is None else alpha
+    a = min(max(a, 0.0), 1.0)
+    if c.caps.draft_cost == "in_forward" and ev.tau is not None:
+        # Lookahead: the Jacobi n-gram pool, not N, bounds what a step accepts (its per-position
+        # rates change with the n-gram size, so a chain model from one N does not carry; seen on
+        # the zoo: tokens per step flat within ±15% over N = 1..8). The measured τ, moved with α.
+        return 1.0 + (ev.tau - 1.0) * (a / ev.alpha if ev.alpha > 0 else 0.0)
+    if c.is_tree or not ev.per_position:
+        return analytic_length(c.config, a)  # i.i.d. chain, or the best tree under the sibling model
+    scale = a / ev.alpha if ev.alpha > 0 else 0.0
+    pp = ev.per_position if alpha is None else [min(1.0, p * scale) for p in ev.per_position]
+    return chain_length_positions(pp, a, c.depth)
+
+
+def draft_step_share(share: float, length: float) -> float:
+    """f: the share of steps that drafted, when a share φ of the output comes from drafting steps of
+    E[L] tokens each and the rest one token per step (prompt lookup finds no match there).
+
+    φ is a property of the text (how much of it a lookup can match), so it carries across N; f is
+    not: longer drafts cover the matched text in fewer steps, leaving a larger share of steps unmatched.
+    """
+    drafted = share / length
+    return drafted / (drafted + 1.0 - share) if drafted + 1.0 - share > 0 else 1.0
+
+
+def expected_length(c: Candidate, alpha: float | None = None) -> float:
+    """Tokens per step, bonus included: 1 / (φ / E[L] + 1 − φ) (φ = 1: every step drafts)."""
+    e = drafted_length(c, alpha)
+    share = c.evidence.cost.draft_share if c.evidence.cost is not None else 1.0
+    return 1.0 / (share / e + 1.0 - share)
+
+
+def draft_units(caps: Capabilities, c: Candidate) -> int:
+    """Sequential draft forwards per step for this draft-cost kind (what ``d`` is counted in).
+
+    Chains of N from a draft model or an EAGLE layer take N forwards, the catch-up over the tokens
+    just accepted folded into the first (the reference loop and vLLM do this; SGLang runs a separate
+    "draft extend", which a measured ``d`` then absorbs); a tree takes one forward per depth level.
+    """
+    if caps.draft_cost in ("draft_model", "target_layer"):
+        return c.depth
+    if caps.draft_cost in ("heads", "cpu_lookup"):
+        return 1
+    return 0  # in_forward: the guesses ride in the verify forward
+
+
+def curve_ratio(curve: Sequence[tuple[float, float]], tokens: float) -> float:
+    """T(tokens)/T(1) from a measured curve: log-log interpolation, linear beyond its end."""
+    xs = [x for x, _ in curve]
+    ys = [y for _, y in curve]
+    if tokens <= xs[0]:
+        return ys[0]
+    if tokens >= xs[-1]:
+        slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]) if len(xs) > 1 else 0.0
+        return ys[-1] + max(slope, 0.0) * (tokens - xs[-1])
+    i = bisect.bisect_right(xs, tokens)
+    w = (math.log(tokens) - math.log(xs[i - 1])) / (math.log(xs[i]) - math.log(xs[i - 1]))
+    return math.exp(math.log(ys[i - 1]) + w * (math.log(ys[i]) - math.log(ys[i - 1])))
+
+
+def step_ratio(c: Candidate) -> float:
+    """Seconds of one speculative step over one plain decode step at the same batch size."""
+    cost = c.evidence.cost
+    if cost is None or not cost.verify:
+        if c.ctx is None:
+            raise ValueError("a candidate needs measured costs or a roofline context (ctx)")
+        return config_cost(c.caps, c.config, c.ctx, c.batch).step_ratio
+    f = draft_step_share(cost.draft_share, drafted_length(c)) if cost.draft_share < 1.0 else 1.0
+    m = 1.0 + cost.nodes_per_token * c.nodes
+    b = float(c.batch)
+    plain = curve_ratio(cost.verify, b)
+    # A batch of B sequences with m tokens each is read as B·m tokens in flight (stated in picker.sweep).
+    verify = curve_ratio(cost.verify, b * m) / plain
+    return draft_units(c.caps, c) * cost.draft_unit + f * verify + (1.0 - f)
+
+
+def _speedup(c: Candidate, length: float, ratio: float) -> float:
+    cost = c.evidence.cost
+    if cost is not None and cost.output_tokens > 0:
+        t, fixed = cost.output_tokens, cost.fixed_steps
+        return (fixed + t) / (fixed + t * ratio / length)
+    return length / ratio
+
+
+def base_speedup(c: Candidate, ratio: float | None = None) -> float:
+    """The analytic model: tokens/s with this configuration over plain decoding.
+
+    ``ratio`` is :func:`step_ratio` when the caller has it cached (it does not depend on α).
+    """
+    return _speedup(c, expected_length(c), step_ratio(c) if ratio is None else ratio)
+
+
+def base_range(c: Candidate, ratio: float | None = None) -> tuple[float, float, float]:
+    """(mean, low, high) analytic speedup over the evidence's α range."""
+    ev = c.evidence
+    r = step_ratio(c) if ratio is None else ratio
+    mean = _speedup(c, expected_length(c), r)
+    lo = _speedup(c, expected_length(c, ev.alpha_low), r)
+    hi = _speedup(c, expected_length(c, ev.alpha_high), r)
+    return mean, min(lo, mean), max(hi, mean)
+
+
+# ----------------------------------------------------------------------------- the numeric rows
+
+FEATURES: tuple[str, ...] = (
+    "log_base_speedup",  # column 0: the estimator's base (SpeedupEstimator.base_column)
+    "log_expected_length", "log_step_ratio",
+    "needs_draft_model", "needs_hidden_states", "trainable_heads", "tree_capable", "deterministic_draft",
+    *(f"cost_{k}" for k in DRAFT_COST_KINDS),
+    "depth", "topk", "verified_tokens", "is_tree",
+    "temperature", "log2_batch", "log2_context",
+    *(f"task_{t}" for t in TASK_TYPES),
+    "log_bandwidth", "log_tflops", "log_params", "draft_fraction",
+    "alpha", "alpha_range", "alpha_measured", "position_trend",
+    "draft_unit", "draft_share", "nodes_per_token", "fixed_share", "cost_measured",
+)
+
+
+def feature_row(c: Candidate, ratio: float | None = None) -> list[float]:
+    """The numeric row of one candidate, in :data:`FEATURES` order (NaN where unknown).
+
+    ``ratio`` is :func:`step_ratio` when the caller has it cached (the roofline is the slow part).
+    """
+    caps, ev, cost = c.caps, c.evidence, c.evidence.cost
+    nan = float("nan")
+    length = expected_length(c)
+    ratio = step_ratio(c) if ratio is None else ratio
+    ctx = c.ctx
+    pp = ev.per_position
+    trend = (pp[-1] - pp[0]) if len(pp) >= 2 else nan  # acceptance rising or falling along the chain
+    fixed_share = nan
+    if cost is not None and cost.output_tokens > 0:
+        fixed_share = cost.fixed_steps / (cost.fixed_steps + cost.output_tokens)
+    return [
+        math.log(max(_speedup(c, length, ratio), 1e-9)), math.log(length), math.log(ratio),
+        float(caps.needs_draft_model), float(caps.needs_hidden_states), float(caps.trainable_heads),
+        float(caps.tree), float(caps.deterministic_draft),
+        *(float(caps.draft_cost == k) for k in DRAFT_COST_KINDS),
+        float(c.depth), float(c.topk), float(c.nodes + 1), float(c.is_tree),
+        float(c.temperature), math.log2(max(c.batch, 1)), math.log2(max(c.context_len, 1)),
+        *(float(c.task == t) for t in TASK_TYPES),
+        math.log(ctx.hardware.memory_bandwidth_gbps) if ctx else nan,
+        math.log(ctx.hardware.bf16_tflops) if ctx else nan,
+        math.log(ctx.target.params) if ctx else nan,
+        (ctx.draft.params / ctx.target.params) if ctx and ctx.draft else 0.0,
+        ev.alpha, ev.alpha_high - ev.alpha_low, float(ev.source == "measured"), trend,
+        cost.draft_unit if cost else nan, cost.draft_share if cost else nan,
+        cost.nodes_per_token if cost else nan, fixed_share, float(cost is not None),
+    ]
+
+
+def feature_matrix(candidates: Sequence[Candidate], ratios: Sequence[float | None] | None = None) -> Any:
+    """``(len(candidates), len(FEATURES))`` float array (imports numpy: not on the default path)."""
+    import numpy as np
+
+    rs = ratios if ratios is not None else [None] * len(candidates)
+    return np.asarray([feature_row(c, r) for c, r in zip(candidates, rs)], dtype=float).reshape(-1, len(FEATURES))
+
+
+# ----------------------------------------------------------------------------- evidence from cells
+
+def _num(cell: Any, key: str) -> float | None:
+    value = cell.get(key) if isinstance(cell, dict) else getattr(cell, key, None)
+    return None if value is None else float(value)
+
+
+def _get(cell: Any, key: str) -> Any:
+    return cell.get(key) if isinstance(cell, dict) else getattr(cell, key, None)
+
+
+def cost_from_cell(cell: Any, caps: Capabilities,
+                   curve: Sequence[tuple[float, float]] | None = None) -> CostEvidence | None:
+    """Step costs in plain-step units from one measured chain cell (``summary.json``).
+
+    Plain step = the cell's verify seconds per step / ``v_vs_plain_forward``. Without a measured
+    verify curve, the cell's own verify ratio at its tokens per step is the curve's second point
+    (log-log interpolation through (1, 1)): good near the profiled N, rougher far from it.
+    """
+    n = int(_num(cell, "num_draft_tokens") or 0)
+    steps, v = _num(cell, "decode_steps"), _num(cell, "v_vs_plain_forward")
+    per_token, ver = _num(cell, "draft_s_per_token"), _num(cell, "verify_s_per_step")
+    drafted, draft_steps = _num(cell, "draft_tokens") or 0.0, _num(cell, "draft_steps") or 0.0
+    if not (n and steps and v and ver):
+        return None
+    plain = ver / v
+    probe = Candidate(caps, depth=n)
+    units = draft_units(caps, probe)
+    # Draft seconds are counted over every step: a lookup runs even where it finds nothing.
+    draft_s = (per_token or 0.0) * drafted
+    unit = draft_s / steps / plain / units if units else 0.0
+    rate = draft_steps / steps
+    accepted, tokens, samples = _num(cell, "accepted_tokens"), _num(cell, "tokens"), _num(cell, "samples")
+    share = 1.0
+    if rate < 1.0 and accepted is not None and tokens and samples and tokens > samples:
+        # Output of drafting steps (each emits its accepted drafts + one) over all decode output
+        # (the prefill emits one token per generation).
+        share = min(1.0, (draft_steps + accepted) / (tokens - samples))
+    nodes = (drafted / draft_steps / n) if draft_steps else 1.0
+    seconds = _num(cell, "seconds")
+    fixed = out = 0.0
+    if seconds and tokens and samples:
+        # Wall time outside draft and verify (prefill, tokenizing, emitting), per generation.
+        fixed = max(seconds - draft_s - ver * steps, 0.0) / samples / plain
+        out = tokens / samples
+    m = 1.0 + nodes * n
+    # The cell's mean verify ratio mixes steps that drafted (ratio v_m) with ones that did not (1).
+    v_m = max((v - (1.0 - rate)) / rate if rate else v, 1.0)
+    return CostEvidence(unit, share, nodes, fixed, out, anchored_curve(curve, m, v_m))
+
+
+def anchored_curve(curve: Sequence[tuple[float, float]] | None, m: float, v_m: float) -> tuple[tuple[float, float], ...]:
+    """The verify curve as the decode loop sees it: the forward-only curve's shape, its rise scaled
+    so that it passes through the ratio the profiled cell measured in the loop (``v_m`` at ``m``).
+
+    The loop's verify step carries fixed work besides the forward (the verifier, the cache
+    rollback), which dilutes the forward's rise; one measured point fixes the dilution. Without a
+    curve, the measured point and (1, 1) are the curve (log-log between, linear beyond).
+    """
+    if not curve or len(curve) < 2:
+        return ((1.0, 1.0), (m, v_m)) if m > 1 else ((1.0, 1.0),)
+    rise = curve_ratio(curve, m) - 1.0
+    scale = min(max((v_m - 1.0) / rise, ANCHOR_SCALE[0]), ANCHOR_SCALE[1]) if rise > ANCHOR_MIN_RISE else 1.0
+    return tuple((x, 1.0 + scale * (y - 1.0)) for x, y in curve)
+
+
+def evidence_from_cell(cell: Any, caps: Capabilities, curve: Sequence[tuple[float, float]] | None = None,
+                       citation: str = "") -> Evidence:
+    """Measured evidence from one chain cell: α (accepted / examined positions), its interval,
+    per-position acceptance, and the step costs of :func:`cost_from_cell`."""
+    alpha = _num(cell, "alpha_iid")
+    ci = _get(cell, "alpha_iid_ci")
+    if alpha is None:  # hand-written files carry only accepted / proposed
+        alpha, ci = _num(cell, "alpha") or 0.0, _get(cell, "alpha_ci")
+    lo, hi = (float(ci[0]), float(ci[1])) if ci else (alpha, alpha)
+    pp = tuple(float(p) for p in (_get(cell, "per_position") or ()) if p is not None)
+    tau = _num(cell, "tau")
+    return Evidence(alpha, min(lo, alpha), max(hi, alpha), "measured", pp,
+                    cost_from_cell(cell, caps, curve), (citation,) if citation else (), tau)

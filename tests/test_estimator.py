@@ -1,0 +1,179 @@
+"""The policy estimator: scikit-learn's estimator contract, the unfitted analytic base, the correction."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.model_selection import GridSearchCV
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from policies.estimator import SpeedupEstimator
+
+# No check is expected to fail. (The constant-shift variant declares the `poor_score` tag: by design
+# it cannot fit arbitrary regression data, which is what that tag is for.)
+EXPECTED_FAILED: dict[str, str] = {}
+
+
+@parametrize_with_checks([SpeedupEstimator(), SpeedupEstimator(correction="constant"),
+                          SpeedupEstimator(interval_method="quantile", min_rows=10)],
+                         expected_failed_checks=lambda est: EXPECTED_FAILED)
+def test_sklearn_contract(estimator, check) -> None:
+    check(estimator)
+
+
+def _data(n: int = 240, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows whose measured speedup = base x a factor that depends on feature 1 (plus noise)."""
+    rng = np.random.default_rng(seed)
+    base = rng.uniform(0.8, 2.5, n)
+    x1 = rng.uniform(0, 1, n)
+    x2 = rng.normal(size=n)
+    X = np.column_stack([np.log(base), x1, x2])
+    y = base * np.exp(-0.3 * x1 + rng.normal(0, 0.03, n))
+    groups = np.arange(n) % 6
+    return X, y, groups
+
+
+def test_unfitted_predicts_the_analytic_base() -> None:
+    X = np.array([[np.log(1.5), 0.0], [np.log(0.9), 1.0]])
+    est = SpeedupEstimator()
+    np.testing.assert_allclose(est.predict(X), [1.5, 0.9])
+    lo, hi = est.predict_interval(X)
+    np.testing.assert_allclose(lo, [1.5 * 0.75, 0.9 * 0.75])
+    np.testing.assert_allclose(hi, [1.5 * 1.25, 0.9 * 1.25])
+
+
+def test_correction_beats_the_base_and_the_range_covers() -> None:
+    X, y, groups = _data()
+    Xt, yt, _ = _data(seed=1)
+    est = SpeedupEstimator().fit(X, y, groups=groups)
+    base_err = np.median(np.abs(np.exp(Xt[:, 0]) - yt) / yt)
+    fit_err = np.median(np.abs(est.predict(Xt) - yt) / yt)
+    assert fit_err < base_err / 3
+    lo, hi = est.predict_interval(Xt)
+    assert np.mean((yt >= lo) & (yt <= hi)) >= 0.8
+    assert est.cv_error_["folds"] == "groups" and est.cv_error_["rows"] == len(y)
+    assert est.cv_error_["median_rel_error"] < 0.1
+
+
+def test_few_rows_fall_back_to_a_constant_shift() -> None:
+    X, y, _ = _data(n=12)
+    est = SpeedupEstimator(min_rows=30).fit(X, y)
+    assert est.correction_ is None
+    np.testing.assert_allclose(est.log_correction(X), est.offset_)
+
+
+def test_no_correction_keeps_the_base_but_learns_the_range() -> None:
+    X, y, _ = _data()
+    est = SpeedupEstimator(correction="none").fit(X, y)
+    np.testing.assert_allclose(est.predict(X), np.exp(X[:, 0]))
+    lo, hi = est.predict_interval(X)
+    assert np.all(lo <= est.predict(X)) and np.all(hi >= est.predict(X))
+
+
+def test_quantile_range() -> None:
+    X, y, groups = _data()
+    est = SpeedupEstimator(interval_method="quantile").fit(X, y, groups=groups)
+    lo, hi = est.predict_interval(X)
+    assert np.mean((y >= lo) & (y <= hi)) >= 0.8
+
+
+def test_clone_and_grid_search_compose() -> None:
+    X, y, _ = _data(n=80)
+    est = SpeedupEstimator(boosting_rounds=20)
+    assert clone(est).get_params() == est.get_params()
+    search = GridSearchCV(est, {"max_depth": [2, 3]}, cv=3).fit(X, y)
+    assert search.best_params_["max_depth"] in (2, 3)
+
+
+@pytest.mark.parametrize("bad", [{"correction": "magic"}, {"interval": (0.9, 0.1)},
+                                 {"interval_method": "bayes"}])
+def test_bad_parameters_fail_at_fit(bad: dict) -> None:
+    X, y, _ = _data(n=20)
+    with pytest.raises(ValueError):
+        SpeedupEstimator(**bad).fit(X, y)
+
+
+def test_non_positive_speedups_are_refused() -> None:
+    with pytest.raises(ValueError, match="positive"):
+        SpeedupEstimator().fit([[0.0], [0.1]], [1.0, -1.0])
+
+
+# ----------------------------------------------------------------------------- candidate rows
+
+from picker.hardware import get_hardware  # noqa: E402
+from picker.plugins import Capabilities  # noqa: E402
+from policies import analytic  # noqa: E402
+from policies.features import (  # noqa: E402
+    FEATURES, Candidate, CostEvidence, Evidence, base_range, base_speedup, evidence_from_cell, feature_matrix,
+)
+from policies.roofline import ModelShape  # noqa: E402
+
+DRAFT = Capabilities(needs_draft_model=True)
+CTX = analytic.CostContext(ModelShape.from_params(8e9), get_hardware("h100-sxm"), "vllm", 2048,
+                           draft=ModelShape.from_params(1e9))
+
+
+def test_without_measured_costs_the_base_is_the_analytic_model() -> None:
+    c = Candidate(DRAFT, depth=4, evidence=Evidence(0.8, 0.7, 0.9), ctx=CTX, batch=8)
+    cost = analytic.config_cost(DRAFT, analytic.chain(4), CTX, 8)
+    assert base_speedup(c) == pytest.approx(analytic.speedup(analytic.chain(4), 0.8, cost))
+    mean, lo, hi = base_range(c)
+    assert lo < mean < hi
+
+
+def test_measured_costs_batch_and_prefill_enter_as_stated() -> None:
+    curve = ((1.0, 1.0), (8.0, 1.2), (64.0, 4.0))
+    ev = Evidence(0.8, 0.8, 0.8, "measured", cost=CostEvidence(draft_unit=0.1, verify=curve))
+    one = Candidate(DRAFT, depth=4, evidence=ev)
+    many = Candidate(DRAFT, depth=4, evidence=ev, batch=8)       # 8 x 5 tokens in flight
+    assert base_speedup(many) < base_speedup(one)
+    fixed = Candidate(DRAFT, depth=4, evidence=Evidence(0.8, 0.8, 0.8, "measured", cost=CostEvidence(
+        draft_unit=0.1, verify=curve, fixed_steps=48.0, output_tokens=48.0)))
+    assert 1.0 < base_speedup(fixed) < base_speedup(one)        # the prefill is not sped up
+
+
+def test_per_position_rates_set_the_expected_length() -> None:
+    ev = Evidence(0.5, 0.5, 0.5, "measured", per_position=(1.0, 1.0), cost=CostEvidence(0.0, verify=((1.0, 1.0), (9.0, 1.0))))
+    c = Candidate(DRAFT, depth=3, evidence=ev)
+    assert base_speedup(c) == pytest.approx(1 + 1 + 1 + 0.5)    # two sure positions, the third at the tail alpha
+
+
+def test_evidence_from_a_profiler_cell() -> None:
+    cell = {"num_draft_tokens": 4, "alpha_iid": 0.7, "alpha_iid_ci": [0.6, 0.8], "per_position": [0.9, 0.6],
+            "decode_steps": 100, "draft_steps": 50, "draft_tokens": 150, "draft_s_per_token": 0.002,
+            "verify_s_per_step": 0.011, "v_vs_plain_forward": 1.1, "tokens": 300, "seconds": 2.5, "samples": 5,
+            "accepted_tokens": 95}
+    ev = evidence_from_cell(cell, Capabilities(deterministic_draft=True, draft_cost="cpu_lookup"))
+    assert ev.source == "measured" and ev.alpha == 0.7 and ev.per_position == (0.9, 0.6)
+    assert ev.cost.draft_share == pytest.approx((50 + 95) / (300 - 5))  # output of drafting steps
+    assert ev.cost.nodes_per_token == pytest.approx(0.75)       # 3 of 4 nominal drafts per drafting step
+    assert ev.cost.draft_unit == pytest.approx(0.002 * 150 / 100 / 0.01)  # one lookup per step, plain step 10 ms
+    assert ev.cost.verify[-1][1] == pytest.approx(1.2)          # mean 1.1 mixes drafting (1.2) and empty steps (1.0)
+
+
+def test_feature_rows_start_with_the_log_base() -> None:
+    c = Candidate(DRAFT, depth=4, evidence=Evidence(0.8, 0.7, 0.9), ctx=CTX)
+    X = feature_matrix([c, c])
+    assert X.shape == (2, len(FEATURES)) and X[0, 0] == pytest.approx(np.log(base_speedup(c)))
+    assert SpeedupEstimator().predict(X)[0] == pytest.approx(base_speedup(c))
+
+
+def test_lookup_draft_share_carries_across_draft_lengths() -> None:
+    from policies.features import draft_step_share
+
+    # 90% of the text is matchable; at E[L] = 4.2 that is 69% of steps, at E[L] = 1.5 it is 86%.
+    assert draft_step_share(0.9, 4.2) == pytest.approx(0.682, abs=1e-3)
+    assert draft_step_share(0.9, 1.5) == pytest.approx(0.857, abs=1e-3)
+    lookup = Capabilities(deterministic_draft=True, draft_cost="cpu_lookup")
+    cost = CostEvidence(0.0, draft_share=0.5, verify=((1.0, 1.0), (9.0, 1.0)))
+    c = Candidate(lookup, depth=2, evidence=Evidence(1.0, 1.0, 1.0, "measured", cost=cost))
+    assert base_speedup(c) == pytest.approx(1 / (0.5 / 3 + 0.5))   # half the text at 3 tokens a step
+
+
+def test_lookahead_keeps_its_measured_tokens_per_step_across_n() -> None:
+    lookahead = Capabilities(deterministic_draft=True, draft_cost="in_forward")
+    cost = CostEvidence(0.0, verify=((1.0, 1.0), (64.0, 1.0)))
+    ev = Evidence(0.8, 0.8, 0.8, "measured", per_position=(0.9, 0.8), cost=cost, tau=2.5)
+    for n in (1, 4, 8):
+        assert base_speedup(Candidate(lookahead, depth=n, evidence=ev)) == pytest.approx(2.5)
