@@ -12,13 +12,16 @@ compared ran back to back) and the table shows medians over rounds. Columns:
 - ``alpha`` = accepted / drafted nodes; ``tau`` = tokens per verify step (bonus included; the
   prefill step excluded); ``N`` = mean draft nodes per step; ``c`` = draft seconds per drafted
   node / plain decoding's seconds per step.
-- ``bound`` = E[L] / (N c + 1) (``policies.theory.speedup``, Leviathan et al. Thm 3.8): E[L] from
-  alpha for fixed-length chains ((1 - a^(N+1)) / (1 - a)), else the measured tau. ``meas/bnd`` is
-  the measured speedup over the bound.
+- ``bound`` = E[L] / (N c + 1) (``policies.theory.speedup``, Leviathan et al. Thm 3.8) with
+  E[L] = 1 + alpha N, the measured accepted nodes per verify step plus the bonus token (tau, before
+  the last step is cut at max tokens or EOS). Not the i.i.d. closed form (1 - a^(N+1)) / (1 - a):
+  accepted / drafted is E[accepted] / N, not the per-token acceptance probability that formula
+  takes, and feeding it in understates E[L] (vanilla, code, T = 0: 2.3 instead of 3.4). ``meas/bnd``
+  is the measured speedup over the bound.
 - ``v`` = seconds of one verify step (target forward over N + 1 tokens, verification, rollback) /
   plain decoding's seconds per step; ``bnd(v)`` = E[L] / (N c + v), the bound with that cost.
 - ``overhead``: the loop's own time -- everything but target forwards and the drafter's
-  ``propose`` (draft model or heads, and their Python) -- as % of wall time.
+  ``propose``/``observe`` (draft model or heads, and their Python) -- as % of wall time.
 
 Hugging Face rows: ``hf-plain`` (``generate``), ``hf-assisted`` (``assistant_model=`` the zoo
 draft, ``num_assistant_tokens`` set on the draft's ``generation_config`` -- transformers 5.x reads
@@ -46,15 +49,15 @@ from picker.drafting import MissingArtifact, SamplingParams
 from picker.loop import generate
 from picker.plugins import load_strategies
 from picker.tasks import builtin_prompts, render_turn
-from policies.theory import expected_length_iid, speedup
+from policies.theory import speedup
 
 # Our strategies' settings, and the same draft lengths for Hugging Face's two methods.
 OPTIONS: dict[str, dict[str, Any]] = {
     "vanilla": {"num_draft_tokens": 4},
-    "ngram": {"num_draft_tokens": 5, "n_max": 3, "n_min": 1},
+    "ngram": {"num_draft_tokens": 8, "n_max": 4, "n_min": 1},
     "lookahead": {"window": 4, "ngram": 3, "verify_set": 4},
 }
-HF_ASSIST_TOKENS, HF_LOOKUP_TOKENS = 4, 5
+HF_ASSIST_TOKENS, HF_LOOKUP_TOKENS = 4, 8
 
 
 @dataclass
@@ -70,7 +73,6 @@ class Run:
     decode_tokens: int = 0
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0
-    fixed_chain: bool = False
 
 
 @dataclass
@@ -89,13 +91,11 @@ def our_config(name: str, target: TorchBackend, draft: TorchBackend, plugin: Any
         gen = generate(target, ids, drafter, caps, sampling=SamplingParams(temperature),
                        max_new_tokens=max_new, rng=np.random.default_rng(seed), eos_token_id=eos)
         steps = gen.records[1:]  # the prefill step drafts nothing
-        sizes = {r.drafted for r in steps}
-        # Model time: target forwards, plus the whole of propose() (draft model or heads).
+        # Model time: target forwards, plus the whole of propose() + observe() (draft model or heads).
         model = gen.stats.forward_seconds + sum(r.draft_seconds for r in gen.records)
         return Run(len(gen.tokens), gen.stats.seconds, model, len(steps), sum(r.drafted for r in steps),
                    sum(r.accepted for r in steps), sum(r.emitted for r in steps),
-                   sum(r.draft_seconds for r in steps), sum(r.verify_seconds for r in steps),
-                   fixed_chain=len(sizes) == 1)
+                   sum(r.draft_seconds for r in steps), sum(r.verify_seconds for r in steps))
 
     return Config(name, run)
 
@@ -112,7 +112,8 @@ def hf_config(name: str, model: Any, max_new: int, pad: int, **extra: Any) -> Co
     return Config(name, run, ours=False)
 
 
-def build_configs(args: argparse.Namespace) -> tuple[list[Config], dict[str, Any]]:
+def build_configs(args: argparse.Namespace, options_by_name: dict[str, dict[str, Any]]
+                  ) -> tuple[list[Config], dict[str, Any]]:
     zoo = runtime.zoo_paths()
     target = TorchBackend.from_pretrained(zoo.target)
     draft = TorchBackend.from_pretrained(zoo.draft)
@@ -120,9 +121,8 @@ def build_configs(args: argparse.Namespace) -> tuple[list[Config], dict[str, Any
     pad = int(target.model.config.pad_token_id or 0)
     configs = [our_config("plain", target, draft, None, None, args.max_new_tokens, eos)]
     plugins = load_strategies(only_builtin=True)
-    caps = {}
     for name in args.strategies.split(","):
-        options = dict(OPTIONS.get(name, {}))
+        options = dict(options_by_name.get(name, {}))
         if plugins[name].capabilities.artifact == "draft_model":
             options["draft_backend"] = draft  # one loaded draft, shared with hf-assisted
         try:
@@ -131,14 +131,15 @@ def build_configs(args: argparse.Namespace) -> tuple[list[Config], dict[str, Any
             print(f"skipping {name}: {exc}", file=sys.stderr)
             continue
         configs.append(our_config(name, target, draft, plugins[name], drafter, args.max_new_tokens, eos))
-        caps[name] = plugins[name].capabilities
     draft.model.generation_config.num_assistant_tokens = HF_ASSIST_TOKENS
     configs += [
         hf_config("hf-plain", target.model, args.max_new_tokens, pad),
         hf_config("hf-assisted", target.model, args.max_new_tokens, pad, assistant_model=draft.model),
         hf_config("hf-lookup", target.model, args.max_new_tokens, pad, prompt_lookup_num_tokens=HF_LOOKUP_TOKENS),
     ]
-    return configs, {"zoo": str(zoo.root), "caps": caps, "tokenizer": runtime.load_tokenizer(zoo.target)}
+    info = {"zoo": str(zoo.root), "options": options_by_name,
+            "tokenizer": runtime.load_tokenizer(zoo.target)}
+    return configs, info
 
 
 def prompts_for(domain: str, n: int, tokenizer: Any, context: int) -> list[list[int]]:
@@ -167,7 +168,7 @@ def run_rounds(configs: list[Config], domains: list[str], temps: list[float], ar
     return rounds
 
 
-def summarise(configs: list[Config], rounds: list[dict[str, Any]], caps: dict[str, Any]) -> list[dict[str, Any]]:
+def summarise(configs: list[Config], rounds: list[dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     cells = sorted({(r["domain"], r["temperature"]) for r in rounds})
     for domain, temperature in cells:
@@ -182,12 +183,12 @@ def summarise(configs: list[Config], rounds: list[dict[str, Any]], caps: dict[st
                 "vs_plain": statistics.median(t[cfg.name] / t["plain"] for t in mine),
             }
             if cfg.ours:
-                row.update(_loop_stats(runs, t_step, caps.get(cfg.name)))
+                row.update(_loop_stats(runs, t_step))
             rows.append(row)
     return rows
 
 
-def _loop_stats(runs: list[Run], t_step: float, caps: Any) -> dict[str, Any]:
+def _loop_stats(runs: list[Run], t_step: float) -> dict[str, Any]:
     wall = sum(r.seconds for r in runs)
     out: dict[str, Any] = {"overhead_pct": 100.0 * (wall - sum(r.model_seconds for r in runs)) / wall}
     steps, drafted = sum(r.steps for r in runs), sum(r.drafted for r in runs)
@@ -198,9 +199,8 @@ def _loop_stats(runs: list[Run], t_step: float, caps: Any) -> dict[str, Any]:
     n = drafted / steps
     c = sum(r.draft_seconds for r in runs) / drafted / t_step
     v = sum(r.verify_seconds for r in runs) / steps / t_step
-    chain = caps is not None and not caps.tree and all(r.fixed_chain for r in runs)
-    expected = expected_length_iid(alpha, round(n)) if chain else tau
-    out.update(alpha=alpha, tau=tau, N=n, c=c, v=v, bound=float(speedup(expected, n, c)),
+    expected = 1.0 + alpha * n  # E[L]: accepted nodes per verify step + the bonus token
+    out.update(alpha=alpha, tau=tau, N=n, c=c, v=v, EL=expected, bound=float(speedup(expected, n, c)),
                bound_v=float(speedup(expected, n, c, v)))
     return out
 
@@ -251,18 +251,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=2, help="timed repetitions per prompt (after a warm-up)")
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--context", type=int, default=128, help="prompt tokens kept (the last ones)")
+    parser.add_argument("--option", action="append", default=[],
+                        help="strategy option STRATEGY.KEY=VALUE (int), e.g. ngram.num_draft_tokens=8")
     parser.add_argument("--json", help="also write every row here")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    configs, info = build_configs(args)
+    options = {name: dict(knobs) for name, knobs in OPTIONS.items()}
+    for item in args.option:
+        key, _, value = item.partition("=")
+        name, _, knob = key.partition(".")
+        options.setdefault(name, {})[knob] = int(value)
+    configs, info = build_configs(args, options)
     rounds = run_rounds(configs, args.domains.split(","), [float(t) for t in args.temperatures.split(",")],
                         args, info["tokenizer"])
-    rows = summarise(configs, rounds, info["caps"])
+    rows = summarise(configs, rounds)
     hf = versus_hf(rounds, rows)
     print_tables(rows, hf)
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"args": vars(args), "zoo": info["zoo"], "rows": rows, "versus_hf": hf}, fh, indent=2)
+            json.dump({"args": vars(args), "zoo": info["zoo"], "options": info["options"], "rows": rows,
+                       "versus_hf": hf}, fh, indent=2)
     return 0
 
 
