@@ -28,12 +28,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from picker.backend import TorchBackend
 from picker.drafting import Draft, DraftContext, MissingArtifact
 from picker.sampling import inverse_cdf, warp
 from picker.tree import TokenTree
+
+if TYPE_CHECKING:
+    import torch
 
 EMPTY = Draft(tree=TokenTree((), ()), p=None)
 
@@ -57,19 +62,7 @@ class DraftModelDrafter:
         n = min(self.num_draft_tokens, ctx.max_draft)
         if n < 1:
             return EMPTY
-        tokens = ctx.tokens
-        # 1. Roll back: keep the longest prefix of the draft's cache that was committed.
-        keep = self._synced
-        limit = min(len(self._fed), len(tokens) - 1)  # the pending token is never in the cache
-        while keep < limit and self._fed[keep] == tokens[keep]:
-            keep += 1
-        self.draft.crop(keep)
-        del self._fed[keep:]
-        # 2. Feed everything not yet seen (at least the pending token), then draft one at a time.
-        new = list(tokens[keep:])
-        logits = self.draft.forward(new, logits_from=len(new) - 1).logits[0, -1]
-        self._fed.extend(new)
-        self._synced = len(tokens)
+        logits = self._catch_up(ctx.tokens)
         s = ctx.sampling
         chain: list[int] = []
         rows: list[np.ndarray] = []
@@ -81,10 +74,34 @@ class DraftModelDrafter:
                 d = inverse_cdf(p_i, ctx.rng.random())
                 rows.append(p_i)
             chain.append(d)
-            if i + 1 < n:  # d_N itself is never fed: it is verified, not extended
-                logits = self.draft.forward([d]).logits[0, -1]
-                self._fed.append(d)
+            if i + 1 == n or self.stop_after(logits, d, ctx):
+                break  # d_N itself is never fed: it is verified, not extended
+            logits = self.draft.forward([d]).logits[0, -1]
+            self._fed.append(d)
         return Draft(TokenTree.from_chain(chain), np.stack(rows) if rows else None)
+
+    def stop_after(self, logits: torch.Tensor, token: int, ctx: DraftContext) -> bool:
+        """Whether to end the chain after drafting ``token`` from ``logits`` (never, here: fixed N).
+
+        Subclasses implement dynamic draft lengths (e.g. a confidence threshold) here.
+        """
+        return False
+
+    def _catch_up(self, tokens: Sequence[int]) -> torch.Tensor:
+        """Bring the draft's cache in line with ``tokens``; the draft's logits after the last one."""
+        # 1. Roll back: keep the longest prefix of the draft's cache that was committed.
+        keep = self._synced
+        limit = min(len(self._fed), len(tokens) - 1)  # the pending token is never in the cache
+        while keep < limit and self._fed[keep] == tokens[keep]:
+            keep += 1
+        self.draft.crop(keep)
+        del self._fed[keep:]
+        # 2. Feed everything not yet seen (at least the pending token).
+        new = list(tokens[keep:])
+        logits = self.draft.forward(new, logits_from=len(new) - 1).logits[0, -1]
+        self._fed.extend(new)
+        self._synced = len(tokens)
+        return logits
 
 
 def make_drafter(

