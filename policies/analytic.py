@@ -22,7 +22,7 @@ from policies.roofline import HardwareLike, ModelShape
 MAX_CHAIN = 8
 TREE_DEPTHS = (3, 4, 5, 6, 8)
 TREE_TOPKS = (2, 4, 8)
-TREE_TOKENS = (8, 16, 32, 64)  # SGLang's num_draft_tokens: tree nodes + the root
+TREE_TOKENS = (6, 8, 12, 16, 32, 64)  # SGLang's num_draft_tokens: tree nodes + the root (small trees pay at larger batches)
 
 
 @dataclass(frozen=True)
