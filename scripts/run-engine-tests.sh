@@ -5,6 +5,7 @@
 #
 #   bash scripts/run-engine-tests.sh            # setup + tier; prints how long each part took
 #   bash scripts/run-engine-tests.sh -k sglang  # extra arguments go to pytest
+#   SPECPICKER_LLAMACPP=1 bash scripts/run-engine-tests.sh   # also build llama-server (opt-in, slow)
 #
 # Uses $SPECPICKER_ENGINES_DIR (default <repo>/.engines) and the project's venv python
 # ($PYTHON, default: python3 on PATH with specpicker installed).
@@ -17,6 +18,9 @@ main() {
     cd "$repo"
     start=$(date +%s)
     bash scripts/engines-setup.sh all
+    if [[ "${SPECPICKER_LLAMACPP:-0}" == 1 ]]; then
+        bash scripts/engines-setup.sh llamacpp  # else its tests skip, naming this command
+    fi
     setup_s=$(( $(date +%s) - start ))
     start=$(date +%s)
     rc=0

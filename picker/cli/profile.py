@@ -5,6 +5,8 @@
     $ specpick profile --backend sglang --url http://127.0.0.1:30000 --prompts question.jsonl \\
           --category-map writing=creative --out runs/sglang
     $ specpick profile --backend vllm --url http://127.0.0.1:8000 --strategies ngram --out runs/vllm
+    $ specpick profile --backend llamacpp --url http://127.0.0.1:8080 --strategies vanilla \\
+          --num-draft-tokens 3 --out runs/llamacpp
     $ specpick recommend profiles/chat-70b-h100.yaml --measurements runs/zoo/summary.json
 
 Writes ``OUT/records.jsonl`` (one fsync'd line per generation), ``OUT/summary.json`` (see
@@ -39,6 +41,7 @@ class Backend(str, Enum):
     torch = "torch"
     sglang = "sglang"
     vllm = "vllm"
+    llamacpp = "llamacpp"
 
 
 def _source(backend: Backend, model: str | None, url: str | None, artifacts: dict[str, Path],
@@ -60,6 +63,10 @@ def _source(backend: Backend, model: str | None, url: str | None, artifacts: dic
         from picker.profiler.sglang import SGLangSource
 
         return SGLangSource(url, client, concurrency)
+    if backend is Backend.llamacpp:
+        from picker.profiler.llamacpp import LlamaCppSource
+
+        return LlamaCppSource(url, client, concurrency)
     from picker.profiler.vllm import VLLMSource
 
     return VLLMSource(url, client, concurrency)
@@ -69,10 +76,10 @@ def _source(backend: Backend, model: str | None, url: str | None, artifacts: dic
 @user_errors
 def profile(
     out: Annotated[Path, typer.Option(help="Run folder: records.jsonl, summary.json, run.json, alpha.png.")],
-    backend: Annotated[Backend, typer.Option(help="torch: the reference loop here; sglang / vllm: a live server.")]
-    = Backend.torch,
+    backend: Annotated[Backend, typer.Option(
+        help="torch: the reference loop here; sglang / vllm / llamacpp: a live server.")] = Backend.torch,
     model: Annotated[str | None, typer.Option(help="torch: 'zoo' (zoo:ci, zoo:small) or a local HF folder.")] = None,
-    url: Annotated[str | None, typer.Option(help="sglang / vllm: the server's base URL.")] = None,
+    url: Annotated[str | None, typer.Option(help="sglang / vllm / llamacpp: the server's base URL.")] = None,
     strategies: Annotated[str | None, typer.Option(
         help="Comma list (torch: default ngram,vanilla,lookahead,medusa,eagle3; live: the server's one).")] = None,
     artifact: Annotated[list[str] | None, typer.Option(help="STRATEGY=PATH: a draft model or heads folder.")] = None,
@@ -81,7 +88,8 @@ def profile(
     tasks: Annotated[str | None, typer.Option(help="Comma list of task types (default: all available).")] = None,
     workload: Annotated[Path | None, typer.Option(help="Workload profile: default tasks and temperatures.")] = None,
     temperatures: Annotated[str | None, typer.Option(help="Comma list, e.g. 0,0.7,1 (default 0,1).")] = None,
-    num_draft_tokens: Annotated[str, typer.Option(help="Draft lengths: N, A-B or a list (torch).")] = "4",
+    num_draft_tokens: Annotated[str, typer.Option(
+        help="Draft lengths: N, A-B or a list (torch); live: the server's N where it cannot tell.")] = "4",
     max_new_tokens: Annotated[int, typer.Option(min=1, max=16384)] = 64,
     limit_per_task: Annotated[int, typer.Option(help="At most this many prompts per task.", min=1)] = 40,
     ci_target: Annotated[float, typer.Option(help="Stop a cell at this 95% CI half-width of alpha (0: never).",

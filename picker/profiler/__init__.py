@@ -11,7 +11,8 @@
 
 Modules: ``records`` (append-only JSONL of counters), ``stats`` (rates and bootstrap intervals),
 ``stopping`` (sequential stopping), ``run`` (the rounds), ``summary`` (``summary.json``), sources
-``torch_source`` (the reference loop), ``sglang`` and ``vllm`` (live endpoints over ``http``),
+``torch_source`` (the reference loop), ``sglang``, ``vllm`` and ``llamacpp`` (live endpoints over
+``http``),
 and ``progress`` / ``table`` / ``plot`` for people. The CLI is ``picker.cli.profile``.
 """
 

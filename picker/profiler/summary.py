@@ -35,7 +35,7 @@ CONVENTIONS = {
                 "wilson-tokens (fewer than 5 generations)",
     "per_position": "P(position k accepted | positions < k accepted), k = 0..N-1",
     "tau": "tokens per verify step that carried drafts, bonus included: 1 + accepted / draft_steps",
-    "decode_steps": "target forwards after the prefill (vllm: a lower bound, from tokens - accepted)",
+    "decode_steps": "target forwards after the prefill (vllm, llamacpp: from tokens - accepted; vllm: a lower bound)",
     "tau_by_depth": "predicted tau had the chain stopped at depth 1..N, from per_position",
     "tokens_per_forward": "new tokens / target forwards (prefill and steps without drafts included)",
     "cost_ratio": "c = (draft seconds per draft token) / (verify seconds per verify step)",

@@ -1,0 +1,218 @@
+"""Profile a live llama.cpp ``llama-server``: per-response ``timings`` from its native ``/completion``.
+
+What the server reports (llama.cpp vendored in llama-cpp-python 0.3.36, ``tools/server``):
+
+- each ``/completion`` response: ``tokens_predicted`` and, in ``timings``, ``draft_n`` (draft
+  tokens proposed for this request) and ``draft_n_accepted`` (those accepted). Both are left out
+  of a response that drafted nothing (``server_slot_stats::to_json``), so once ``GET /slots`` says
+  a slot can speculate (``"speculative": true``) a response without them drafted nothing; where
+  the server does not say (started with ``--no-slots``) it is an error.
+- which algorithm: ``/slots`` shows a slot's last task's ``params["speculative.types"]`` (e.g.
+  ``none,draft-simple``), so only once the server has served a request; before that, name the
+  strategy (``--strategies``). ``/props`` carries the same key but always ``none`` (it prints a
+  fresh task's defaults, not the server's).
+- nothing per draft position per request: the server counts positions only server-wide, in
+  ``/metrics`` (started with ``--metrics``): ``llamacpp:spec_decode_num_drafts_total`` (verify
+  steps), ``..._num_draft_tokens_total``, ``..._num_accepted_tokens_total`` and
+  ``..._num_accepted_tokens_per_pos_total{position="k"}`` (steps whose position k was accepted,
+  unconditional). So records carry no per-position counts; :meth:`LlamaCppSource.report` sets the
+  counters' deltas over the run beside the per-response numbers (``run.server_report``).
+
+At T > 0 llama.cpp verifies by sampling the target's token and keeping the draft token only if it
+is that token (``common_sampler_sample_and_accept_n``), not by speculative sampling's min(1, q/p):
+its α at T > 0 is below what an engine with rejection sampling measures on the same models.
+
+Per turn: decode steps = tokens_predicted − draft_n_accepted − 1 (the prefill emits the first
+token; every later forward emits its accepted drafts plus one; the server cuts each draft to the
+tokens left, so none is lost at ``n_predict``). The response does not say which steps drafted,
+so ``draft_steps`` is left unknown (all steps) and ``tau`` is then a lower bound.
+
+    >>> resp = {"content": " world", "tokens_predicted": 9,
+    ...         "timings": {"predicted_n": 9, "draft_n": 12, "draft_n_accepted": 5}}
+    >>> parse_completion(resp, url="http://x/completion", speculative=True)
+    {'text': ' world', 'tokens': 9, 'drafted': 12, 'accepted': 5, 'steps': 3}
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from picker.errors import UserError
+from picker.profiler.http import EndpointError, HttpClient
+from picker.profiler.records import CellKey, Record
+from picker.profiler.source import DraftConfig, GenParams, bounded, single_strategy
+from picker.profiler.vllm import Metrics, parse_prometheus
+from picker.tasks import Prompt, render_turn
+
+ENGINE = "llama_cpp"  # the key strategies declare their llama.cpp name under (Capabilities.engines)
+DRAFTS = "llamacpp:spec_decode_num_drafts_total"
+DRAFT_TOKENS = "llamacpp:spec_decode_num_draft_tokens_total"
+ACCEPTED = "llamacpp:spec_decode_num_accepted_tokens_total"
+PER_POS = "llamacpp:spec_decode_num_accepted_tokens_per_pos_total"
+TYPES_KEY = "speculative.types"
+LLAMA_DEFAULT_SEED = 0xFFFFFFFF  # llama.cpp reads this seed as "pick one at random"
+
+
+def _count(obj: dict[str, Any], key: str, where: str, url: str) -> int:
+    value = obj.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise EndpointError(url, f"{where}{key} is not a non-negative integer ({value!r})")
+    return value
+
+
+def parse_completion(resp: Any, *, url: str, speculative: bool) -> dict[str, Any]:
+    """Text and counters of one non-streamed ``/completion`` response.
+
+    ``speculative``: ``/slots`` confirmed speculation, so absent draft counts mean zero drafts.
+    """
+    if not isinstance(resp, dict) or not isinstance(resp.get("content"), str):
+        raise EndpointError(url, "response has no 'content' string")
+    timings = resp.get("timings")
+    if not isinstance(timings, dict):
+        raise EndpointError(url, "response has no 'timings' object")
+    tokens = _count(resp, "tokens_predicted", "", url)
+    has = ("draft_n" in timings, "draft_n_accepted" in timings)
+    if has == (False, False) and speculative:
+        drafted = accepted = 0
+    elif not all(has):
+        missing = "draft_n" if not has[0] else "draft_n_accepted"
+        raise EndpointError(url, f"timings has no {missing}: is speculative decoding on (--spec-type, -md)?")
+    else:
+        drafted = _count(timings, "draft_n", "timings.", url)
+        accepted = _count(timings, "draft_n_accepted", "timings.", url)
+    if accepted > drafted or accepted >= max(tokens, 1):
+        raise EndpointError(url, f"timings.draft_n_accepted={accepted} does not fit draft_n={drafted}, "
+                                 f"tokens_predicted={tokens}")
+    return {"text": resp["content"], "tokens": tokens, "drafted": drafted, "accepted": accepted,
+            "steps": max(tokens - accepted - 1, 0)}
+
+
+def _per_position(metrics: Metrics) -> list[float]:
+    """The per-position counter's series in position order (``parse_prometheus`` keeps that label)."""
+    by_pos = {int(labels[0][1]): v for (name, labels), v in metrics.items() if name == PER_POS and labels}
+    return [by_pos[k] for k in sorted(by_pos)]
+
+
+def request_seed(seed: int, prompt_id: str, turn: int) -> int:
+    """A seed per (run seed, prompt, turn), reproducible: prompts do not share one random stream
+    (as one seed for all would make them; ``--spec-synth-rates`` draws from it too), and every cell
+    sends a prompt with the same seed, so cells compare like for like."""
+    return zlib.crc32(f"{seed}|{prompt_id}|{turn}".encode()) % LLAMA_DEFAULT_SEED
+
+
+class LlamaCppSource:
+    """Sends prompts to ``URL/completion``; one record per prompt (all its turns)."""
+
+    name = "llamacpp"
+    plain = False
+
+    def __init__(self, url: str, client: HttpClient, concurrency: int = 4) -> None:
+        self.url = url.rstrip("/")
+        self.client = client
+        self.concurrency = concurrency
+        self.props = self._props()
+        self.speculative, self.types = self._slots() if self.props.get("endpoint_slots") else (None, [])
+        if self.speculative is False:
+            raise EndpointError(f"{self.url}/slots", "no slot can speculate: the server runs without "
+                                                     "speculative decoding (start it with --spec-type / -md)")
+        self.metrics = bool(self.props.get("endpoint_metrics"))
+        self.depth = len(_per_position(self._scrape())) if self.metrics else 0
+        self._baseline: Metrics | None = None  # counters when this run's first request went out
+
+    def _props(self) -> dict[str, Any]:
+        url = f"{self.url}/props"
+        props = self.client.get_json(url)
+        if not isinstance(props, dict):
+            raise EndpointError(url, "server properties are not a JSON object")
+        return props
+
+    def _slots(self) -> tuple[bool, list[str]]:
+        """(whether any slot can speculate, the speculative types its last tasks ran)."""
+        url = f"{self.url}/slots"
+        slots = self.client.get_json(url)
+        if not isinstance(slots, list) or not all(isinstance(s, dict) and "speculative" in s for s in slots):
+            raise EndpointError(url, "expected a list of slots, each with 'speculative'")
+        types = {t for s in slots for t in str((s.get("params") or {}).get(TYPES_KEY, "")).split(",")}
+        return any(s["speculative"] is True for s in slots), sorted(types - {"", "none"})
+
+    def _scrape(self) -> Metrics:
+        return parse_prometheus(self.client.get_text(f"{self.url}/metrics"))
+
+    def close(self) -> None:
+        """Nothing to release: every request opens and closes its own connection."""
+
+    def describe(self) -> dict[str, Any]:
+        return {"backend": "llamacpp", "url": self.url, "speculative": self.speculative,
+                "speculative_types": self.types,
+                "model_path": self.props.get("model_path"), "build_info": self.props.get("build_info"),
+                "total_slots": self.props.get("total_slots"), "metrics": self.metrics}
+
+    def configs(self, strategies: Sequence[str], num_draft_tokens: Sequence[int]) -> list[DraftConfig]:
+        from picker.plugins import load_strategies
+
+        # Declared engine names (capabilities), not our strategy names, tell what the server runs.
+        matches = sorted(p.name for p in load_strategies().values()
+                         if p.capabilities.engines.get(ENGINE) in self.types)
+        if not strategies and len(matches) > 1:
+            raise UserError(f"the server's {','.join(self.types)} could be {' or '.join(matches)}; "
+                            "name it with --strategies", field="--strategies")
+        strategy = single_strategy(strategies, "llamacpp", matches[0] if matches else None)
+        # The per-position counter has one series per draft position (after the first request).
+        depth = self.depth or (num_draft_tokens[0] if len(num_draft_tokens) == 1 else 0)
+        if depth < 1:
+            raise UserError("cannot tell the server's draft length; pass one --num-draft-tokens value "
+                            "(its --spec-draft-n-max)", field="--num-draft-tokens")
+        return [DraftConfig(strategy, depth)]
+
+    def measure(self, cell: CellKey, prompts: Sequence[Prompt], params: GenParams) -> Iterator[Record]:
+        if self.metrics and self._baseline is None:
+            self._baseline = self._scrape()
+        return bounded(prompts, lambda p: self._one(cell, p, params), self.concurrency)
+
+    def _one(self, cell: CellKey, prompt: Prompt, params: GenParams) -> Record:
+        url = f"{self.url}/completion"
+        history: list[str] = []
+        totals = {"tokens": 0, "drafted": 0, "accepted": 0, "steps": 0}
+        start = time.perf_counter()
+        for turn in range(len(prompt.turns)):
+            # top_k/top_p/min_p off: T > 0 samples softmax(logits / T), as the other backends do.
+            body = {"prompt": render_turn(prompt, turn, history), "n_predict": params.max_new_tokens,
+                    "temperature": cell.temperature, "top_k": 0, "top_p": 1.0, "min_p": 0.0,
+                    "seed": request_seed(params.seed, prompt.id, turn)}
+            fields = parse_completion(self.client.post_json(url, body), url=url, speculative=bool(self.speculative))
+            history.append(fields.pop("text"))
+            for key, value in fields.items():
+                totals[key] += value
+        turns = len(prompt.turns)
+        return Record(
+            cell=cell, prompt_ids=(prompt.id,), tokens=totals["tokens"], forwards=totals["steps"] + turns,
+            steps=totals["steps"], drafted=totals["drafted"], accepted=totals["accepted"],
+            wall_s=time.perf_counter() - start, source="llamacpp-timings", extra={"turns": turns},
+        )
+
+    def report(self) -> dict[str, Any]:
+        """The server's own ``/metrics`` counters, differenced over this run: a cross-check."""
+        if not self.metrics:
+            return {"note": "start llama-server with --metrics for its own counters (per-position included)"}
+        after = self._scrape()
+        before = self._baseline or {}
+        delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+        drafts, tokens, accepted = (round(delta.get((n, ()), 0.0)) for n in (DRAFTS, DRAFT_TOKENS, ACCEPTED))
+        per_pos = [round(v) for v in _per_position(delta)]
+        # Position k is examined when k-1 was accepted (position 0 in every verify step): exact
+        # when every draft has full length, as with a draft model away from the n_predict limit.
+        reached = [drafts, *per_pos[:-1]] if per_pos else []
+        return {
+            "num_drafts": drafts, "num_draft_tokens": tokens, "num_accepted_tokens": accepted,
+            "accepted_per_pos": per_pos,
+            "alpha": accepted / tokens if tokens else None,
+            "mean_acceptance_length": 1 + accepted / drafts if drafts else None,
+            "per_position": [a / n if n else None for a, n in zip(per_pos, reached)],
+            "per_position_unconditional": [a / drafts for a in per_pos] if drafts else [],
+            "note": "llama.cpp /metrics, differenced over this run (all traffic on the server); per_position "
+                    "conditional (summary convention), per_position_unconditional = accepted at k / verify "
+                    "steps (llama.cpp's own log and --spec-synth-rates convention); length includes the bonus",
+        }

@@ -1,0 +1,165 @@
+"""``specpick profile --backend llamacpp`` against a real llama-server on the zoo (marker ``engines``).
+
+llama-server and the ci zoo as GGUF come from ``bash scripts/engines-setup.sh llamacpp`` (opt-in,
+under ``$SPECPICKER_ENGINES_DIR/llamacpp``); without them these tests skip and say that command.
+Each server is started with the llama.cpp arguments ``picker.engine_configs`` emits, on 127.0.0.1,
+with ``--metrics`` so its own counters can be set against the profiler's numbers:
+
+1. draft-simple with the zoo draft and ``--spec-synth-rates``: the server accepts position k with
+   a forced unconditional probability, so α and the per-position rates are known in advance. The
+   profiler's per-response counts must add up to the server's ``llamacpp:spec_decode_*`` counters
+   exactly, and the rates must come out near the forced ones, at temperature 0 and 1.
+2. ngram-simple (prompt lookup) on the zoo's own repetitive text: the same exact agreement, with
+   responses that drafted nothing among them.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from picker.cli.main import app
+from picker.engine_configs import ScheduleEntry, build_engine_configs
+from picker.plugins import load_strategies
+from tests.engines.support import ENGINES_DIR
+
+pytestmark = pytest.mark.engines
+
+LLAMA = ENGINES_DIR / "llamacpp"
+SERVER = LLAMA / "bin" / "llama-server"
+TARGET, DRAFT = LLAMA / "models" / "ci-target.gguf", LLAMA / "models" / "ci-draft.gguf"
+RATES = [0.9, 0.6, 0.3]  # forced unconditional acceptance of positions 0, 1, 2
+START_LIMIT_S = 60.0
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def _built() -> None:
+    missing = [p for p in (SERVER, TARGET, DRAFT) if not p.exists()]
+    if missing:
+        pytest.skip(f"no {missing[0]}: run `bash scripts/engines-setup.sh llamacpp` (builds llama-server, "
+                    "converts the zoo)")
+
+
+def _args(strategy: str, n: int) -> list[str]:
+    """The llama-server arguments our engine config emits for ``strategy`` with N = ``n``."""
+    caps = load_strategies(only_builtin=True)[strategy].capabilities
+    cfg = build_engine_configs(strategy=strategy, engines=caps.engines, num_speculative_tokens=n, tree=None,
+                               schedule=[ScheduleEntry(1, None, n)], draft_path=str(DRAFT) if caps.artifact else None)
+    assert cfg["llama_cpp"]["supported"], cfg["llama_cpp"]
+    return list(cfg["llama_cpp"]["args"])
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def _server(args: list[str], tmp_path: Path) -> Iterator[str]:
+    """llama-server on 127.0.0.1 with four slots and ``--metrics``; always killed."""
+    port = _free_port()
+    log = tmp_path / "llama-server.log"
+    with log.open("wb") as sink:
+        proc = subprocess.Popen([str(SERVER), "-m", str(TARGET), "--host", "127.0.0.1", "--port", str(port),
+                                 "-c", "4096", "-np", "4", "-t", "1", "--metrics", *args],
+                                stdout=sink, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + START_LIMIT_S
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"llama-server exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+            try:
+                urllib.request.urlopen(f"{url}/health", timeout=2).read()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"llama-server not up after {START_LIMIT_S:.0f} s:\n{log.read_text()[-3000:]}")
+                time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        with suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=30)
+        proc.kill()  # does nothing once it has exited
+        proc.wait()
+
+
+def _profile(url: str, out: Path, *args: str) -> dict[str, Any]:
+    result = runner.invoke(app, ["profile", "--backend", "llamacpp", "--url", url, "--out", str(out), "--quiet",
+                                 "--no-plot", "--no-early-stop", "--concurrency", "4", *args])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["run"]["status"] == "complete"
+    return summary
+
+
+def _agrees_with_the_server(summary: dict[str, Any], *, every_step_drafts: bool) -> dict[str, Any]:
+    """The profiler's per-response totals equal the server's own counters over the run."""
+    cells, report = summary["cells"], summary["run"]["server_report"]
+    assert sum(c["draft_tokens"] for c in cells) == report["num_draft_tokens"]
+    assert sum(c["accepted_tokens"] for c in cells) == report["num_accepted_tokens"]
+    # Decode steps = tokens - accepted - 1 per response; the server counts only steps with a draft.
+    steps, requests = sum(c["decode_steps"] for c in cells), sum(c["samples"] for c in cells)
+    assert report["num_drafts"] <= steps
+    if every_step_drafts:  # a draft model drafts at every step but one with a single token left
+        assert steps <= report["num_drafts"] + requests
+    return report
+
+
+def test_synth_rates_are_measured_as_forced(tmp_path: Path) -> None:
+    args = [*_args("vanilla", len(RATES)), "--spec-synth-rates", ",".join(map(str, RATES))]
+    with _server(args, tmp_path) as url:
+        summary = _profile(url, tmp_path / "run", "--strategies", "vanilla", "--tasks", "math,chat",
+                           "--temperatures", "0,1", "--limit-per-task", "16", "--max-new-tokens", "128",
+                           "--num-draft-tokens", "3")
+    report = _agrees_with_the_server(summary, every_step_drafts=True)
+    conditional = [RATES[0]] + [b / a for a, b in pairwise(RATES)]
+    alpha = sum(RATES) / len(RATES)  # expected accepted per full draft of 3, over 3
+    print(json.dumps({"forced_unconditional": RATES, "server_unconditional": report["per_position_unconditional"],
+                      "forced_conditional": conditional, "server_conditional": report["per_position"],
+                      "server_alpha": report["alpha"], "expected_alpha": alpha,
+                      "server_counts": {k: report[k] for k in ("num_drafts", "num_draft_tokens", "num_accepted_tokens",
+                                                               "accepted_per_pos")},
+                      "cells": [{k: c[k] for k in ("task", "temperature", "alpha", "alpha_ci", "tau", "tokens",
+                                                   "draft_tokens", "accepted_tokens", "decode_steps")}
+                                for c in summary["cells"]]}, indent=1))
+    assert {(c["strategy"], c["num_draft_tokens"]) for c in summary["cells"]} == {("vanilla", 3)}
+    assert {c["temperature"] for c in summary["cells"]} == {0.0, 1.0}
+    assert report["accepted_per_pos"] and len(report["accepted_per_pos"]) == 3
+    assert report["per_position_unconditional"] == pytest.approx(RATES, abs=0.04)
+    assert report["per_position"] == pytest.approx(conditional, abs=0.05)
+    assert report["alpha"] == pytest.approx(alpha, abs=0.04)
+    for cell in summary["cells"]:  # every cell by itself, temperature 0 and 1 alike
+        assert cell["alpha"] == pytest.approx(alpha, abs=0.06)
+        assert cell["per_position"] is None  # the server counts positions only server-wide
+
+
+def test_ngram_simple_agrees_with_the_server(tmp_path: Path) -> None:
+    with _server(_args("ngram", 3), tmp_path) as url:
+        # ngram-simple copies what followed the nearest earlier match of the last 3 tokens; the zoo's
+        # greedy math steps repeat phrases it can copy (its newline runs are too short a period).
+        summary = _profile(url, tmp_path / "run", "--strategies", "ngram", "--tasks", "math,chat",
+                           "--temperatures", "0", "--limit-per-task", "8", "--max-new-tokens", "64",
+                           "--num-draft-tokens", "3")
+    report = _agrees_with_the_server(summary, every_step_drafts=False)
+    cells = {c["task"]: c for c in summary["cells"]}
+    print(json.dumps({"report": report, "cells": {t: {k: c[k] for k in ("alpha", "draft_tokens", "accepted_tokens",
+                                                                         "decode_steps", "tokens")}
+                                                   for t, c in cells.items()}}, indent=1))
+    assert {c["strategy"] for c in cells.values()} == {"ngram"}
+    assert cells["math"]["draft_tokens"] > 0 and cells["math"]["accepted_tokens"] > 0
+    assert 0.0 < report["alpha"] < 1.0
