@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from picker.drafting import DraftContext, MissingArtifact, SamplingParams, StepOutcome
-from picker.zoo.heads import DistillData, HeadRecipe, make_distill_set
+from picker.zoo.heads import DistillData
 from strategies.eagle3 import PLUGIN, make_drafter
 from strategies.eagle3.drafter import Eagle3Drafter
 from strategies.eagle3.model import Eagle3Head, causal_mask, default_feature_layers
@@ -28,7 +28,7 @@ from strategies.eagle3.train import (
     ttt_forward,
     ttt_mask,
 )
-from tests.test_medusa import toy_docs, toy_target, zoo_ci
+from tests.heads_toy import assert_sampling_is_seeded, greedy_same_and_tau, toy_heads, zoo_ci
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -43,15 +43,7 @@ def one_thread() -> Any:
 @pytest.fixture(scope="module")
 def toy(one_thread: None, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Toy target, its self-distillation data, a head trained with TTT and an untrained one."""
-    target = toy_target()
-    docs = toy_docs(40, 60, seed=1)
-    recipe = HeadRecipe(prompts=32, heldout_prompts=16, prompt_len=8, new_tokens=24)
-    data = DistillData(make_distill_set(target, docs[:30], 32, recipe, seed=0),
-                       make_distill_set(target, docs[30:], 16, recipe, seed=1))
-    root = tmp_path_factory.mktemp("eagle3")
-    report = train_heads(target, data, root / "trained", steps=60, seed=0, batch=8)
-    train_heads(target, data, root / "untrained", steps=0, seed=0)
-    return {"target": target, "data": data, "docs": docs, "root": root, "report": report}
+    return toy_heads(train_heads, tmp_path_factory, "eagle3", steps=60, batch=8)
 
 
 def _ctx(tokens: list[int], hidden: Any, max_draft: int = 64) -> DraftContext:
@@ -188,41 +180,18 @@ def test_training_is_seeded(toy: dict[str, Any], tmp_path: Path) -> None:
     assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
 
 
-def _run(target: Any, drafter: Any, prompts: list[list[int]], new: int = 40) -> tuple[bool, float]:
-    """(every output equals plain greedy, mean tokens per verify step after prefill)."""
-    from picker.backend import TorchBackend
-    from picker.loop import generate
-
-    be = TorchBackend(target)
-    same, taus = True, []
-    for prompt in prompts:
-        plain = generate(be, prompt, None, max_new_tokens=new)
-        spec = generate(be, prompt, drafter, PLUGIN.capabilities, max_new_tokens=new)
-        same &= plain.tokens == spec.tokens
-        taus.append((new - 1) / (spec.stats.steps - 1))  # the prefill emits one token
-    return same, float(np.mean(taus))
-
-
 def test_greedy_output_matches_plain_and_trained_head_accepts_more(toy: dict[str, Any]) -> None:
     prompts = [d[:8] for d in toy["docs"][30:36]]
     trained = make_drafter(target_backend=toy["target"], artifact=toy["root"] / "trained")
     untrained = make_drafter(target_backend=toy["target"], artifact=toy["root"] / "untrained")
-    same_t, tau_t = _run(toy["target"], trained, prompts)
-    same_u, tau_u = _run(toy["target"], untrained, prompts)
+    same_t, tau_t = greedy_same_and_tau(toy["target"], trained, PLUGIN.capabilities, prompts)
+    same_u, tau_u = greedy_same_and_tau(toy["target"], untrained, PLUGIN.capabilities, prompts)
     assert same_t and same_u
     assert tau_t > tau_u + 1.0, (tau_t, tau_u)
 
 
 def test_sampling_through_the_loop_is_seeded(toy: dict[str, Any]) -> None:
-    from picker.backend import TorchBackend
-    from picker.loop import generate
-
-    be = TorchBackend(toy["target"])
-    drafter = make_drafter(target_backend=toy["target"], artifact=toy["root"] / "trained")
-    runs = [generate(be, toy["docs"][31][:8], drafter, PLUGIN.capabilities, max_new_tokens=30,
-                     sampling=SamplingParams(temperature=1.0), rng=np.random.default_rng(7))
-            for _ in range(2)]
-    assert runs[0].tokens == runs[1].tokens and len(runs[0].tokens) == 30
+    assert_sampling_is_seeded(toy, make_drafter, PLUGIN.capabilities)
 
 
 def test_training_time_test_helps_beyond_depth_one(toy: dict[str, Any]) -> None:
@@ -267,8 +236,8 @@ def test_zoo_head_matches_greedy_and_accepts_more_than_untrained(tmp_path: Path)
     trained = make_drafter(target_backend=zoo["target"], artifact=zoo["heads"]["eagle3_head"])
     new_head(zoo["target"], seed=0).save(tmp_path / "untrained")
     untrained = make_drafter(target_backend=zoo["target"], artifact=tmp_path / "untrained")
-    same_t, tau_t = _run(zoo["target"], trained, zoo["prompts"], new=48)
-    same_u, tau_u = _run(zoo["target"], untrained, zoo["prompts"], new=48)
+    same_t, tau_t = greedy_same_and_tau(zoo["target"], trained, PLUGIN.capabilities, zoo["prompts"], new=48)
+    same_u, tau_u = greedy_same_and_tau(zoo["target"], untrained, PLUGIN.capabilities, zoo["prompts"], new=48)
     print(f"eagle3 zoo ci: tokens/step trained {tau_t:.2f}, untrained {tau_u:.2f}")
     assert same_t and same_u
     assert tau_t > tau_u + 1.0

@@ -7,7 +7,6 @@ and random ones cannot. The slow tests run on the zoo's ``ci`` target and print 
 
 from __future__ import annotations
 
-import random
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +18,7 @@ import torch
 
 from picker.drafting import DraftContext, MissingArtifact, SamplingParams
 from picker.tree import TokenTree
-from picker.zoo.heads import DistillData, HeadRecipe, make_distill_set
+from picker.zoo.heads import HeadRecipe
 from strategies.medusa import PLUGIN, make_drafter
 from strategies.medusa.heads import DEFAULT_CHOICES, MedusaConfig, MedusaHeads, greedy_choices
 from strategies.medusa.train import (
@@ -28,36 +27,7 @@ from strategies.medusa.train import (
     rank_accuracy,
     train_heads,
 )
-
-VOCAB = 40
-
-
-def toy_docs(count: int, length: int, seed: int) -> list[list[int]]:
-    """Token rows that follow one fixed permutation of ids 3..VOCAB-1, with 15% random jumps."""
-    perm = list(range(3, VOCAB))
-    random.Random(123).shuffle(perm)
-    step = dict(zip(range(3, VOCAB), perm))
-    rng = random.Random(seed)
-    docs = []
-    for _ in range(count):
-        x = rng.randrange(3, VOCAB)
-        doc = [0, x]
-        for _ in range(length):
-            x = step[x] if rng.random() < 0.85 else rng.randrange(3, VOCAB)
-            doc.append(x)
-        docs.append(doc)
-    return docs
-
-
-def toy_target() -> Any:
-    """A 2-layer Llama that has learned the permutation (seeded, about 80 optimizer steps)."""
-    from picker.zoo.train import ModelSpec, TrainSchedule, deterministic, new_model, train
-
-    with deterministic(1):
-        model = new_model(ModelSpec(32, 2, 2, 1, 64), VOCAB, 128, seed=0)
-        rows = torch.tensor([d[:25] for d in toy_docs(512, 40, seed=0)])
-        train(model, rows, TrainSchedule(steps=80, batch=16, lr=1e-2), seed=0)
-    return model.requires_grad_(False).eval()
+from tests.heads_toy import assert_sampling_is_seeded, greedy_same_and_tau, toy_heads, zoo_ci
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -72,16 +42,7 @@ def one_thread() -> Any:
 @pytest.fixture(scope="module")
 def toy(one_thread: None, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Toy target, its self-distillation data, and heads trained on it (plus untrained ones)."""
-    target = toy_target()
-    docs = toy_docs(40, 60, seed=1)
-    recipe = HeadRecipe(prompts=32, heldout_prompts=16, prompt_len=8, new_tokens=24)
-    with torch.inference_mode(False):
-        data = DistillData(make_distill_set(target, docs[:30], 32, recipe, seed=0),
-                           make_distill_set(target, docs[30:], 16, recipe, seed=1))
-    root = tmp_path_factory.mktemp("medusa")
-    report = train_heads(target, data, root / "trained", steps=150, seed=0, batch=16)
-    train_heads(target, data, root / "untrained", steps=0, seed=0)
-    return {"target": target, "data": data, "docs": docs, "root": root, "report": report}
+    return toy_heads(train_heads, tmp_path_factory, "medusa", steps=150, batch=16)
 
 
 def _ctx(hidden: Any, max_draft: int = 64) -> DraftContext:
@@ -231,41 +192,18 @@ def test_trained_heads_rank_the_target_token_first_more_often(toy: dict[str, Any
     assert acc[0][0] > 0.6 and acc[0][0] > untrained[0][0] + 0.3
 
 
-def _run(target: Any, drafter: Any, prompts: list[list[int]], new: int = 40) -> tuple[bool, float]:
-    """(every output equals plain greedy, mean tokens per verify step after prefill)."""
-    from picker.backend import TorchBackend
-    from picker.loop import generate
-
-    be = TorchBackend(target)
-    same, taus = True, []
-    for prompt in prompts:
-        plain = generate(be, prompt, None, max_new_tokens=new)
-        spec = generate(be, prompt, drafter, PLUGIN.capabilities, max_new_tokens=new)
-        same &= plain.tokens == spec.tokens
-        taus.append((new - 1) / (spec.stats.steps - 1))  # the prefill emits one token
-    return same, float(np.mean(taus))
-
-
 def test_greedy_output_matches_plain_and_trained_heads_accept_more(toy: dict[str, Any]) -> None:
     prompts = [d[:8] for d in toy["docs"][30:36]]
     trained = make_drafter(target_backend=toy["target"], artifact=toy["root"] / "trained")
     untrained = make_drafter(target_backend=toy["target"], artifact=toy["root"] / "untrained")
-    same_t, tau_t = _run(toy["target"], trained, prompts)
-    same_u, tau_u = _run(toy["target"], untrained, prompts)
+    same_t, tau_t = greedy_same_and_tau(toy["target"], trained, PLUGIN.capabilities, prompts)
+    same_u, tau_u = greedy_same_and_tau(toy["target"], untrained, PLUGIN.capabilities, prompts)
     assert same_t and same_u
     assert tau_t > tau_u + 0.5, (tau_t, tau_u)
 
 
 def test_sampling_through_the_loop_is_seeded(toy: dict[str, Any]) -> None:
-    from picker.backend import TorchBackend
-    from picker.loop import generate
-
-    be = TorchBackend(toy["target"])
-    drafter = make_drafter(target_backend=toy["target"], artifact=toy["root"] / "trained")
-    runs = [generate(be, toy["docs"][31][:8], drafter, PLUGIN.capabilities, max_new_tokens=30,
-                     sampling=SamplingParams(temperature=1.0), rng=np.random.default_rng(7))
-            for _ in range(2)]
-    assert runs[0].tokens == runs[1].tokens and len(runs[0].tokens) == 30
+    assert_sampling_is_seeded(toy, make_drafter, PLUGIN.capabilities)
 
 
 # --- the zoo hook ---------------------------------------------------------------------------
@@ -303,30 +241,6 @@ def test_zoo_hook_skips_sizes_without_a_head_recipe(tmp_path: Path) -> None:
 
 # --- the zoo (slow) -------------------------------------------------------------------------
 
-def zoo_ci(prompts_per_domain: int = 3, length: int = 32) -> dict[str, Any]:
-    """The zoo ci build with its heads (trained now if missing) and held-out corpus prompts."""
-    from transformers import AutoModelForCausalLM
-
-    from picker.zoo import build_zoo
-    from picker.zoo.corpus import DOMAINS, build_corpus
-    from picker.zoo.heads import cut_prompts
-    from picker.zoo.heads import train_heads as zoo_train_heads
-    from picker.zoo.recipe import RECIPES
-    from picker.zoo.tokenizer import encode_documents, load_tokenizer
-
-    paths = build_zoo("ci", progress=False)
-    recipe = RECIPES["ci"]
-    corpus = build_corpus(recipe.chars_per_domain, recipe.heldout_chars, recipe.seed)
-    heads = zoo_train_heads(paths, "ci", corpus=corpus)
-    tok = load_tokenizer(paths.tokenizer)
-    prompts = []
-    for i, domain in enumerate(DOMAINS):
-        docs = encode_documents(tok, corpus.heldout[domain])
-        prompts += cut_prompts(docs, prompts_per_domain, length, seed=77 + i).tolist()
-    target = AutoModelForCausalLM.from_pretrained(paths.target).eval().requires_grad_(False)
-    return {"paths": paths, "heads": heads, "corpus": corpus, "prompts": prompts, "target": target}
-
-
 @pytest.mark.slow
 def test_zoo_heads_match_greedy_and_accept_more_than_untrained(tmp_path: Path) -> None:
     """Zoo ci target, 12 held-out prompts: output == plain greedy; trained τ above zero-init τ."""
@@ -334,8 +248,8 @@ def test_zoo_heads_match_greedy_and_accept_more_than_untrained(tmp_path: Path) -
     trained = make_drafter(target_backend=zoo["target"], artifact=zoo["heads"]["medusa_heads"])
     MedusaHeads(trained.heads.config).save(tmp_path / "untrained")
     untrained = make_drafter(target_backend=zoo["target"], artifact=tmp_path / "untrained")
-    same_t, tau_t = _run(zoo["target"], trained, zoo["prompts"], new=48)
-    same_u, tau_u = _run(zoo["target"], untrained, zoo["prompts"], new=48)
+    same_t, tau_t = greedy_same_and_tau(zoo["target"], trained, PLUGIN.capabilities, zoo["prompts"], new=48)
+    same_u, tau_u = greedy_same_and_tau(zoo["target"], untrained, PLUGIN.capabilities, zoo["prompts"], new=48)
     print(f"medusa zoo ci: tokens/step trained {tau_t:.2f}, untrained {tau_u:.2f}")
     assert same_t and same_u
     assert tau_t > tau_u + 0.2
