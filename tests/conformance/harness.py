@@ -88,10 +88,13 @@ class ReplayBackend(TorchBackend):
         self._causal = 0            # real[:_causal] was fed causally (safe to reuse)
         self.memo: dict[tuple[Any, ...], tuple[torch.Tensor, dict[Any, torch.Tensor] | None]] = {}
         self.misses = 0
+        self._real_mode = False     # inside a real forward: positions come from the real cache
 
     @property
     def length(self) -> int:
-        return len(self.slots)
+        # The loop sees the slots it believes in; a real forward (the base class reads ``length``
+        # for its positions) must see the real cache, which differs while it is being re-synced.
+        return self._layers[0].length if self._real_mode else len(self.slots)
 
     def reset(self) -> None:
         self.slots = []
@@ -118,8 +121,13 @@ class ReplayBackend(TorchBackend):
 
     def _run_for_real(self, tokens: Sequence[int], tree: TokenTree | None, contexts: list[tuple[int, ...]],
                       opts: tuple[Any, ...], kw: dict[str, Any]) -> None:
-        self._sync_real_cache()
-        out = super().forward(tokens, tree, logits_from=0, hidden=kw.get("hidden", False), layers=kw.get("layers"))
+        self._real_mode = True
+        try:
+            self._sync_real_cache()
+            out = super().forward(tokens, tree, logits_from=0, hidden=kw.get("hidden", False),
+                                  layers=kw.get("layers"))
+        finally:
+            self._real_mode = False
         for i, c in enumerate(contexts):
             h = None if out.hidden is None else {k: v[0, i] for k, v in out.hidden.items()}
             self.memo[(c, opts)] = (out.logits[0, i], h)
@@ -188,18 +196,35 @@ def exact_joint(target: TorchBackend, prompt: Sequence[int], depth: int, samples
     return bins
 
 
-def bin_of(tokens: Sequence[int], bins: dict[Key, float]) -> Key:
-    """The bin a sample falls in: its full prefix, else the longest listed remainder."""
-    for n in range(len(tokens), 0, -1):
-        key = tuple(tokens[:n]) if n == len(tokens) else (*tokens[:n], -1)
-        if key in bins:
-            return key
+def bin_of(tokens: Sequence[int], bins: dict[Key, float], expanded: set[Key] | None = None) -> Key:
+    """The bin a sample falls in, mirroring :func:`exact_joint`'s accounting exactly.
+
+    Walk the sample's prefixes: a full listed prefix is its own bin; at the first token that was
+    not expanded, the sample belongs to its parent's remainder ``(*parent, -1)`` when that is a
+    bin, else to the global remainder ``(-1,)`` -- where ``exact_joint`` put that mass. (Falling
+    back to a shorter ancestor's remainder would count mass that ``exact_joint`` gave to ``(-1,)``.)
+    ``expanded`` (from :func:`expanded_prefixes`) saves recomputing it per sample.
+    """
+    inner = expanded_prefixes(bins) if expanded is None else expanded
+    for k in range(len(tokens)):
+        prefix = tuple(tokens[: k + 1])
+        if prefix in bins:
+            return prefix
+        if prefix not in inner:
+            rest = (*tokens[:k], -1)
+            return rest if k and rest in bins else (-1,)
     return (-1,)
+
+
+def expanded_prefixes(bins: dict[Key, float]) -> set[Key]:
+    """Prefixes ``exact_joint`` expanded (listed with their children): proper prefixes of bin keys."""
+    return {key[:n] for key in bins for n in range(1, len(key))}
 
 
 def chi_square(samples: list[Sequence[int]], bins: dict[Key, float]) -> tuple[float, int]:
     """(p-value, degrees of freedom) of the samples against the exact bin probabilities."""
-    counts = Counter(bin_of(s, bins) for s in samples)
+    inner = expanded_prefixes(bins)
+    counts = Counter(bin_of(s, bins, inner) for s in samples)
     keys = sorted(bins)
     observed = np.array([counts.get(k, 0) for k in keys], dtype=float)
     expected = np.array([bins[k] for k in keys]) * len(samples)
