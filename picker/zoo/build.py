@@ -95,7 +95,8 @@ def build_zoo(size: ZooSize, out: Path | None = None, progress: bool = True, hea
     on the target's own text next (``picker.zoo.heads``), or reused when their recipe matches.
     """
     recipe = _recipe(size)
-    paths = build_recipe(recipe, out=out, progress=progress)
+    corpus, digest = _corpus_and_hash(recipe)  # once: the heads' recipe hash reads the corpus too
+    paths = _build(recipe, corpus, digest, out, progress)
     if heads:
         from picker.zoo.heads import HEAD_RECIPES, train_heads  # loads the plugins: only when asked
 
@@ -108,13 +109,16 @@ def build_zoo(size: ZooSize, out: Path | None = None, progress: bool = True, hea
                     tasks[artifact] = bar.add_task(f"heads: {artifact}", total=total, info="")
                 bar.update(tasks[artifact], completed=step + 1, info=f"loss {loss:.3f}")
 
-            train_heads(paths, size, on_step=on_step)  # seeded, one thread (HeadRecipe.threads)
+            train_heads(paths, size, on_step=on_step, corpus=corpus)  # seeded, one thread
     return paths
 
 
 def build_recipe(recipe: Recipe, out: Path | None = None, progress: bool = True) -> ZooPaths:
-    """:func:`build_zoo` for any recipe (tests build tiny ones); same caching rules."""
-    corpus, digest = _corpus_and_hash(recipe)
+    """:func:`build_zoo` for any recipe (tests build tiny ones); same caching rules, no heads."""
+    return _build(recipe, *_corpus_and_hash(recipe), out, progress)
+
+
+def _build(recipe: Recipe, corpus: Corpus, digest: str, out: Path | None, progress: bool) -> ZooPaths:
     paths = ZooPaths.at(Path(out) if out is not None else cache_root() / f"{recipe.size}-{digest}")
     if paths.exists() and _read_hash(paths.report) == digest:
         return paths
