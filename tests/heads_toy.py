@@ -23,6 +23,15 @@ from picker.zoo.heads import DistillData, HeadRecipe, make_distill_set
 VOCAB = 40
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread() -> Any:
+    """One torch thread: on a shared 2-core machine two threads run these tiny models 4x slower."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
 def toy_docs(count: int, length: int, seed: int) -> list[list[int]]:
     """Token rows that follow one fixed permutation of ids 3..VOCAB-1, with 15% random jumps."""
     perm = list(range(3, VOCAB))

@@ -27,20 +27,17 @@ from strategies.medusa.train import (
     rank_accuracy,
     train_heads,
 )
-from tests.heads_toy import assert_sampling_is_seeded, greedy_same_and_tau, toy_heads, zoo_ci
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Any:
-    """One torch thread: on a shared 2-core machine two threads run these tiny models 4x slower."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+from tests.heads_toy import (  # one_thread: autouse, so it runs before toy trains (one thread)
+    assert_sampling_is_seeded,
+    greedy_same_and_tau,
+    one_thread,  # noqa: F401
+    toy_heads,
+    zoo_ci,
+)
 
 
 @pytest.fixture(scope="module")
-def toy(one_thread: None, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def toy(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Toy target, its self-distillation data, and heads trained on it (plus untrained ones)."""
     return toy_heads(train_heads, tmp_path_factory, "medusa", steps=150, batch=16)
 

@@ -24,25 +24,9 @@ runner = CliRunner()
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from tests.tiny import tiny_folder
 
-    from picker.tasks import builtin_prompts
-
-    out = tmp_path_factory.mktemp("tiny")
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  show_progress=False)
-    tok.train_from_iterator([p.turns[0] for p in builtin_prompts(["math", "structured"], 40)], trainer)
-    tok.save(str(out / "tokenizer.json"))
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=tok.get_vocab_size(), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256,
-                      bos_token_id=None, eos_token_id=None)
-    LlamaForCausalLM(cfg).save_pretrained(out)
-    return out
+    return tiny_folder(tmp_path_factory.mktemp("tiny"), ["math", "structured"], 40)
 
 
 def _profile(tiny: Path, out: Path, *args: str) -> dict:

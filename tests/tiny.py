@@ -7,6 +7,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -34,3 +36,25 @@ def tiny_llama(
 def tiny_backend(seed: int = 0, **kwargs: object) -> TorchBackend:
     hidden_layers = kwargs.pop("hidden_layers", ())
     return TorchBackend(tiny_llama(seed, **kwargs), hidden_layers=hidden_layers)  # type: ignore[arg-type]
+
+
+def tiny_folder(out: Path, tasks: list[str], prompts: int) -> Path:
+    """A random tiny Llama saved as a Hugging Face folder with a byte-level BPE tokenizer
+    trained on built-in prompts of ``tasks`` (what the CLI loads as ``--model``)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    from picker.tasks import builtin_prompts
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train_from_iterator([p.turns[0] for p in builtin_prompts(tasks, prompts)], trainer)
+    tok.save(str(out / "tokenizer.json"))
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=tok.get_vocab_size(), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256,
+                      bos_token_id=None, eos_token_id=None)
+    LlamaForCausalLM(cfg).save_pretrained(out)
+    return out
