@@ -115,6 +115,21 @@ class Scorer:
         t = min(near, key=lambda c: abs(c.temperature - temperature)).temperature
         return [c for c in near if c.temperature == t]
 
+    def _probe(self, name: str, cell: Cell) -> Cell | None:
+        """A chain cell of the same strategy at another length, any task (drafting cost does not
+        depend on the text), to split the drafting cost: the same temperature first (sampling
+        drafts cost more than greedy ones), then the length farthest from ``cell``'s, the same
+        task, the most samples."""
+        if self.measurements is None:
+            return None
+        others = [c for c in self.measurements.cells if c.strategy == name and c.tree is None
+                  and c.num_draft_tokens and c.num_draft_tokens != cell.num_draft_tokens]
+        if not others:
+            return None
+        return max(others, key=lambda c: (c.temperature == cell.temperature,
+                                          abs((c.num_draft_tokens or 0) - (cell.num_draft_tokens or 0)),
+                                          c.task == cell.task, c.samples))
+
     def evidence(self, plugin: StrategyPlugin, task: str, temperature: float, depth: int = 0) -> Evidence:
         """Measured where a chain cell exists (the one at this depth, else the deepest: its
         per-position rates cover every shorter chain), else the cited prior.
@@ -132,7 +147,8 @@ class Scorer:
             exact = [c for c in cells if c.num_draft_tokens == depth]
             cell = max(exact or cells, key=lambda c: ((c.num_draft_tokens or 0), c.samples))
             ev = evidence_from_cell(cell, plugin.capabilities, self.verify_curve,
-                                    self.measurements.source if self.measurements else "")
+                                    self.measurements.source if self.measurements else "",
+                                    probe=self._probe(plugin.name, cell))
             if ev.cost is None or not self.measured_costs:
                 ev = replace(ev, cost=None)
             else:  # the fixed per-generation time (prefill) is spread over the workload's output length

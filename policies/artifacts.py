@@ -106,6 +106,7 @@ def load_policy(path: str | os.PathLike[str]) -> Policy:
                         field="features")
     params = data["estimator"]["params"]
     params["interval"] = tuple(params["interval"])
+    params["domain_columns"] = tuple(params.get("domain_columns", ()))
     train = data["training"]
     est = SpeedupEstimator(**params).fit(_array(train["X"]), np.asarray(train["y"]), groups=train["groups"])
     probe = data["probe"]

@@ -4,7 +4,10 @@
 the analytic cost model's speedup. Unfitted, the estimator predicts exactly that (the cost model
 needs no training data, so the ``requires_fit`` tag is False). ``fit`` learns a correction on the
 log-residual ``log(measured) − log(base)``: gradient boosting once there are enough rows, a
-constant shift below that, nothing with ``correction="none"``. The range comes from out-of-fold
+constant shift below that, nothing with ``correction="none"``. How much of the correction to apply
+is itself chosen by cross-validation (``shrinkage="cv"``): the factor λ ∈ [0, 1] whose out-of-fold
+error over the training rows is lowest, so a correction that does not beat the analytic model on
+groups it has not seen is shrunk toward it, or switched off (λ = 0). The range comes from out-of-fold
 residual quantiles (split-conformal style; folds follow ``groups`` -- e.g. task types -- so the
 range reflects error on unseen groups) or from quantile gradient boosting.
 
@@ -12,9 +15,9 @@ range reflects error on unseen groups) or from quantile gradient boosting.
     >>> X = np.log([[1.5], [2.0], [1.2]])
     >>> SpeedupEstimator().predict(X).round(2)            # unfitted: the analytic base
     array([1.5, 2. , 1.2])
-    >>> est = SpeedupEstimator(correction="constant").fit(X, [1.35, 1.8, 1.08])
-    >>> est.predict(X).round(2), est.offset_.round(3)
-    (array([1.35, 1.8 , 1.08]), np.float64(-0.105))
+    >>> est = SpeedupEstimator(correction="constant", shrinkage=1.0).fit(X, [1.35, 1.8, 1.08])
+    >>> est.predict(X).round(2), round(est.offset_, 3)
+    (array([1.35, 1.8 , 1.08]), -0.105)
 
 The estimator follows the contract exactly: ``__init__`` stores parameters, ``fit`` returns self,
 learned attributes end in ``_``; ``tests/test_estimator.py`` runs ``parametrize_with_checks``.
@@ -33,6 +36,9 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from threadpoolctl import threadpool_limits
 
 Correction = Literal["gbm", "constant", "none"]
+# Candidate shrinkage factors for shrinkage="cv": coarse on purpose -- with a dozen groups the
+# out-of-fold error cannot tell finer steps apart.
+SHRINKAGE_GRID = (0.0, 0.25, 0.5, 0.75, 1.0)
 IntervalMethod = Literal["conformal", "quantile"]
 
 
@@ -48,6 +54,13 @@ class SpeedupEstimator(RegressorMixin, BaseEstimator):
         (``HistGradientBoostingRegressor``; it reads NaN as "unknown", which candidate rows use).
         Defaults are set a priori for hundreds of rows from a dozen workloads -- shallow trees, large
         leaves -- and were not tuned on the regret bench's held-out workloads.
+    shrinkage : ``"cv"`` (choose λ from :data:`SHRINKAGE_GRID` by the out-of-fold median relative
+        error, ties to the smaller λ) or a fixed factor in [0, 1]: predictions are
+        base × exp(λ · correction).
+    domain_columns : columns (e.g. temperature, batch size) outside whose fitted range the
+        correction is not applied: a row beyond the training data gets the analytic base alone, since
+        a correction learned at T = 0 says nothing about T = 1 (cross-validation over task groups
+        cannot see that shift).
     min_rows : below this many rows a ``"gbm"`` correction falls back to the constant shift
         (a few rows cannot support trees).
     interval : (low, high) quantiles of the range, e.g. (0.05, 0.95) for a 90% range.
@@ -67,6 +80,8 @@ class SpeedupEstimator(RegressorMixin, BaseEstimator):
         max_depth: int | None = 2,
         min_samples_leaf: int = 15,
         l2_regularization: float = 1.0,
+        shrinkage: float | Literal["cv"] = "cv",
+        domain_columns: tuple[int, ...] = (),
         min_rows: int = 30,
         interval: tuple[float, float] = (0.05, 0.95),
         interval_method: IntervalMethod = "conformal",
@@ -81,6 +96,8 @@ class SpeedupEstimator(RegressorMixin, BaseEstimator):
         self.max_depth = max_depth
         self.min_samples_leaf = min_samples_leaf
         self.l2_regularization = l2_regularization
+        self.shrinkage = shrinkage
+        self.domain_columns = domain_columns
         self.min_rows = min_rows
         self.interval = interval
         self.interval_method = interval_method
@@ -93,8 +110,9 @@ class SpeedupEstimator(RegressorMixin, BaseEstimator):
         tags.requires_fit = False            # the analytic base predicts with no training data
         tags.input_tags.allow_nan = True     # unknown evidence is NaN; the boosting handles it
         tags.target_tags.positive_only = True  # speedups are positive: the residual is in log space
-        # A constant shift (or no correction) cannot fit arbitrary data, by design: say so.
-        tags.regressor_tags.poor_score = self.correction != "gbm"
+        # A constant shift (or no correction, or one shrunk by cross-validation, which may switch it
+        # off) cannot fit arbitrary data, by design: say so.
+        tags.regressor_tags.poor_score = not (self.correction == "gbm" and self.shrinkage == 1.0)
         return tags
 
     # ------------------------------------------------------------------------- fitting
@@ -113,6 +131,8 @@ class SpeedupEstimator(RegressorMixin, BaseEstimator):
         lo, hi = self.interval
         if not 0.0 < lo < hi < 1.0:
             raise ValueError(f"interval must be two quantiles 0 < low < high < 1, got {self.interval!r}")
+        if self.shrinkage != "cv" and not (isinstance(self.shrinkage, (int, float)) and 0.0 <= self.shrinkage <= 1.0):
+            raise ValueError(f"shrinkage must be 'cv' or a number in [0, 1], got {self.shrinkage!r}")
 
     def _fit_correction(self, X: np.ndarray, r: np.ndarray) -> tuple[Any, float]:
         """(booster or None, constant offset) fitted to residuals ``r``."""
@@ -138,21 +158,29 @@ class SpeedupEstimator(RegressorMixin, BaseEstimator):
             raise ValueError("speedups (y) must be positive")
         if not 0 <= self.base_column < X.shape[1]:
             raise ValueError(f"base_column {self.base_column} outside the {X.shape[1]} feature(s) of X")
+        if any(not 0 <= c < X.shape[1] for c in self.domain_columns):
+            raise ValueError(f"domain_columns {self.domain_columns!r} outside the {X.shape[1]} feature(s) of X")
+        cols = list(self.domain_columns)
+        self.domain_ = (np.nanmin(X[:, cols], axis=0), np.nanmax(X[:, cols], axis=0)) if cols else None
         r = np.log(y) - self._base(X)
         # Training sets are hundreds of rows: OpenMP threads only add overhead (and on a shared
         # CPU, contention), so boosting runs on one thread.
         with threadpool_limits(limits=1, user_api="openmp"):
             self.correction_, self.offset_ = self._fit_correction(X, r)
             oof = self._out_of_fold(X, r, groups)
-        err = r - oof  # log(measured) − log(predicted), each row predicted without its fold
+        self.shrinkage_ = self._choose_shrinkage(r, oof)
+        err = r - self.shrinkage_ * oof  # log(measured) − log(predicted), each row predicted without its fold
         lo, hi = self.interval
         self.residual_quantiles_ = np.quantile(err, [lo, hi]) if len(err) else np.zeros(2)
+        self.base_quantiles_ = np.quantile(r, [lo, hi]) if len(r) else np.zeros(2)
         self.quantile_models_ = None
         if self.interval_method == "quantile" and len(r) >= self.min_rows:
             with threadpool_limits(limits=1, user_api="openmp"):
                 self.quantile_models_ = tuple(self._booster("quantile", q).fit(X, r) for q in (lo, hi))
         rel = np.abs(np.expm1(-err))  # |predicted − measured| / measured
         self.cv_error_ = {"median_rel_error": float(np.median(rel)) if len(rel) else 0.0,
+                          "median_rel_error_analytic": float(np.median(np.abs(np.expm1(-r)))) if len(r) else 0.0,
+                          "shrinkage": self.shrinkage_,
                           "p90_rel_error": float(np.quantile(rel, 0.9)) if len(rel) else 0.0,
                           "coverage": float(np.mean((err >= self.residual_quantiles_[0])
                                                     & (err <= self.residual_quantiles_[1]))) if len(err) else 0.0,
@@ -160,6 +188,15 @@ class SpeedupEstimator(RegressorMixin, BaseEstimator):
                           "folds": "groups" if groups is not None and len(np.unique(groups)) >= 2 else "kfold"}
         self.n_train_ = len(r)
         return self
+
+    def _choose_shrinkage(self, r: np.ndarray, oof: np.ndarray) -> float:
+        """λ: fixed, or the grid value whose out-of-fold median relative error is lowest (ties: smaller)."""
+        if self.shrinkage != "cv":
+            return float(self.shrinkage)
+        if self.correction == "none" or len(r) < 2:
+            return 0.0
+        scores = [float(np.median(np.abs(np.expm1(lam * oof - r)))) for lam in SHRINKAGE_GRID]
+        return float(SHRINKAGE_GRID[int(np.argmin(scores))])  # argmin returns the first (smallest λ) tie
 
     def _out_of_fold(self, X: np.ndarray, r: np.ndarray, groups: Sequence[Any] | None) -> np.ndarray:
         """Residual predictions for each row from a correction fitted without its fold."""
@@ -197,7 +234,19 @@ class SpeedupEstimator(RegressorMixin, BaseEstimator):
         X = self._validated(X)
         if not hasattr(self, "n_train_"):
             return np.zeros(len(X))
-        return self._apply(self.correction_, self.offset_, X)
+        return self.shrinkage_ * self._apply(self.correction_, self.offset_, X) * self.in_domain(X)
+
+    def in_domain(self, X: Any) -> np.ndarray:
+        """1.0 for rows inside the fitted range of every ``domain_columns`` column (NaN counts as
+        inside), else 0.0; all ones when unfitted or without domain columns."""
+        X = self._validated(X)
+        if getattr(self, "domain_", None) is None:
+            return np.ones(len(X))
+        cols = list(self.domain_columns)
+        lo, hi = self.domain_
+        v = X[:, cols]
+        inside = np.isnan(v) | ((v >= lo - 1e-9) & (v <= hi + 1e-9))
+        return inside.all(axis=1).astype(float)
 
     def predict(self, X: Any) -> np.ndarray:
         """Predicted speedup: exp(base + correction)."""
@@ -218,5 +267,8 @@ class SpeedupEstimator(RegressorMixin, BaseEstimator):
             base = self._base(X)
             lo, hi = (np.exp(base + self._apply(m, 0.0, X)) for m in self.quantile_models_)
             return np.minimum(lo, mean), np.maximum(hi, mean)
-        q_lo, q_hi = self.residual_quantiles_
-        return mean * np.exp(min(q_lo, 0.0)), mean * np.exp(max(q_hi, 0.0))
+        # Rows outside the domain get the analytic model's own out-of-sample spread.
+        inside = self.in_domain(X) > 0
+        q_lo = np.where(inside, self.residual_quantiles_[0], self.base_quantiles_[0])
+        q_hi = np.where(inside, self.residual_quantiles_[1], self.base_quantiles_[1])
+        return mean * np.exp(np.minimum(q_lo, 0.0)), mean * np.exp(np.maximum(q_hi, 0.0))

@@ -24,8 +24,9 @@ ratio, and ``f`` the share of steps that drafted (prompt lookup drafts only on a
 step are ``1 / (φ/E[L] + 1 − φ)`` with φ the share of output emitted by drafting steps -- φ carries
 across N, f does not. Without measured costs R comes from the roofline
 (``policies.analytic.config_cost``). With a fixed per-generation time F (prefill) over T output
-tokens the end-to-end speedup is ``(F + T) / (F + T·R / L)`` -- what a tokens/s measurement that
-includes the prefill sees.
+tokens the end-to-end speedup is ``(F + T − 1) / (F + S·R)`` with ``S`` the decode steps a
+generation takes (:func:`steps_per_generation`: (T − 1)/L plus the last step's surplus cut at the
+output limit) -- what a tokens/s measurement that includes the prefill sees.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ class CostEvidence:
     fixed_steps: float = 0.0          # F: per-generation fixed time (prefill, setup) in plain steps
     output_tokens: float = 0.0        # T: tokens per generation F is spread over (0: decode only)
     verify: tuple[tuple[float, float], ...] = ()  # (tokens in flight, T(m)/T(1)) measured
+    draft_fixed: float = 0.0          # d₀: per-step drafting time besides the d per forward (see cost_from_cell)
 
 
 @dataclass(frozen=True)
@@ -195,14 +197,32 @@ def step_ratio(c: Candidate) -> float:
     plain = curve_ratio(cost.verify, b)
     # A batch of B sequences with m tokens each is read as B·m tokens in flight (stated in picker.sweep).
     verify = curve_ratio(cost.verify, b * m) / plain
-    return draft_units(c.caps, c) * cost.draft_unit + f * verify + (1.0 - f)
+    units = draft_units(c.caps, c)
+    drafting = (cost.draft_fixed + units * cost.draft_unit) if units else 0.0
+    return drafting + f * verify + (1.0 - f)
+
+
+def steps_per_generation(length: float, out_tokens: float) -> float:
+    """Decode steps to emit ``out_tokens`` (the prefill emits the first) at ``length`` tokens a step.
+
+    The last step's surplus is cut at the output limit: by renewal theory a step that crosses the
+    limit overshoots it by about (L − 1)/2 tokens when steps emit a near-constant L (the regime where
+    it matters: high acceptance). Over a few hundred tokens this is noise; over 48 tokens at L = 8
+    it is one step in eight, which a bare T/L would leave out (seen on the zoo as tokens per step
+    7.7 against an accept length of 8.3).
+    """
+    decode = max(out_tokens - 1.0, 0.0)
+    if decode <= 0:
+        return 0.0
+    return max((decode + (length - 1.0) / 2.0) / length, 1.0)
 
 
 def _speedup(c: Candidate, length: float, ratio: float) -> float:
     cost = c.evidence.cost
-    if cost is not None and cost.output_tokens > 0:
-        t, fixed = cost.output_tokens, cost.fixed_steps
-        return (fixed + t) / (fixed + t * ratio / length)
+    if cost is not None and cost.output_tokens > 1:
+        # Plain decoding: the fixed time F (prefill, set-up) and T − 1 one-token steps.
+        decode, fixed = cost.output_tokens - 1.0, cost.fixed_steps
+        return (fixed + decode) / (fixed + steps_per_generation(length, cost.output_tokens) * ratio)
     return length / ratio
 
 
@@ -292,9 +312,41 @@ def _get(cell: Any, key: str) -> Any:
     return cell.get(key) if isinstance(cell, dict) else getattr(cell, key, None)
 
 
+def _draft_per_step(cell: Any, caps: Capabilities) -> tuple[int, float] | None:
+    """(draft forwards a step runs, drafting seconds per step in plain-step units) of a chain cell."""
+    n = int(_num(cell, "num_draft_tokens") or 0)
+    steps, v = _num(cell, "decode_steps"), _num(cell, "v_vs_plain_forward")
+    per_token, ver = _num(cell, "draft_s_per_token"), _num(cell, "verify_s_per_step")
+    if not (n and steps and v and ver):
+        return None
+    draft_s = (per_token or 0.0) * (_num(cell, "draft_tokens") or 0.0)
+    return draft_units(caps, Candidate(caps, depth=n)), draft_s / steps / (ver / v)
+
+
+def split_draft_cost(cell: Any, probe: Any, caps: Capabilities) -> tuple[float, float] | None:
+    """(d₀, d): per-step and per-forward drafting cost from two chains of different length.
+
+    One chain cell cannot tell a per-step cost (the drafter's bookkeeping, the catch-up forward over
+    the tokens just accepted, the cache rollback) from the per-forward one: it charges everything
+    per forward, so shorter chains come out cheaper than they are (on the zoo the draft model's
+    N = 1 steps cost 1.5x the per-forward figure of N = 8). A second chain of another length fixes
+    the line through both. None when the two do not determine a line with d₀ ≥ 0 and d > 0.
+    """
+    a, b = _draft_per_step(cell, caps), _draft_per_step(probe, caps)
+    if a is None or b is None or a[0] == b[0] or not a[0] or not b[0]:
+        return None
+    (ua, sa), (ub, sb) = a, b
+    unit = (sa - sb) / (ua - ub)
+    fixed = sa - ua * unit
+    if unit <= 0 or fixed < 0:
+        return None
+    return fixed, unit
+
+
 def cost_from_cell(cell: Any, caps: Capabilities,
-                   curve: Sequence[tuple[float, float]] | None = None) -> CostEvidence | None:
-    """Step costs in plain-step units from one measured chain cell (``summary.json``).
+                   curve: Sequence[tuple[float, float]] | None = None, probe: Any = None) -> CostEvidence | None:
+    """Step costs in plain-step units from one measured chain cell (``summary.json``); ``probe``, a
+    chain cell of the same strategy at another length, splits the drafting cost (:func:`split_draft_cost`).
 
     Plain step = the cell's verify seconds per step / ``v_vs_plain_forward``. Without a measured
     verify curve, the cell's own verify ratio at its tokens per step is the curve's second point
@@ -307,8 +359,7 @@ def cost_from_cell(cell: Any, caps: Capabilities,
     if not (n and steps and v and ver):
         return None
     plain = ver / v
-    probe = Candidate(caps, depth=n)
-    units = draft_units(caps, probe)
+    units = draft_units(caps, Candidate(caps, depth=n))
     # Draft seconds are counted over every step: a lookup runs even where it finds nothing.
     draft_s = (per_token or 0.0) * drafted
     unit = draft_s / steps / plain / units if units else 0.0
@@ -329,7 +380,9 @@ def cost_from_cell(cell: Any, caps: Capabilities,
     m = 1.0 + nodes * n
     # The cell's mean verify ratio mixes steps that drafted (ratio v_m) with ones that did not (1).
     v_m = max((v - (1.0 - rate)) / rate if rate else v, 1.0)
-    return CostEvidence(unit, share, nodes, fixed, out, anchored_curve(curve, m, v_m))
+    split = split_draft_cost(cell, probe, caps) if probe is not None and units else None
+    d0, unit = split if split is not None else (0.0, unit)
+    return CostEvidence(unit, share, nodes, fixed, out, anchored_curve(curve, m, v_m), d0)
 
 
 def anchored_curve(curve: Sequence[tuple[float, float]] | None, m: float, v_m: float) -> tuple[tuple[float, float], ...]:
@@ -348,7 +401,7 @@ def anchored_curve(curve: Sequence[tuple[float, float]] | None, m: float, v_m: f
 
 
 def evidence_from_cell(cell: Any, caps: Capabilities, curve: Sequence[tuple[float, float]] | None = None,
-                       citation: str = "") -> Evidence:
+                       citation: str = "", probe: Any = None) -> Evidence:
     """Measured evidence from one chain cell: α (accepted / examined positions), its interval,
     per-position acceptance, and the step costs of :func:`cost_from_cell`."""
     alpha = _num(cell, "alpha_iid")
@@ -359,4 +412,4 @@ def evidence_from_cell(cell: Any, caps: Capabilities, curve: Sequence[tuple[floa
     pp = tuple(float(p) for p in (_get(cell, "per_position") or ()) if p is not None)
     tau = _num(cell, "tau")
     return Evidence(alpha, min(lo, alpha), max(hi, alpha), "measured", pp,
-                    cost_from_cell(cell, caps, curve), (citation,) if citation else (), tau)
+                    cost_from_cell(cell, caps, curve, probe), (citation,) if citation else (), tau)

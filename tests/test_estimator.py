@@ -10,12 +10,13 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from policies.estimator import SpeedupEstimator
 
-# No check is expected to fail. (The constant-shift variant declares the `poor_score` tag: by design
-# it cannot fit arbitrary regression data, which is what that tag is for.)
+# No check is expected to fail. (The constant-shift variant and the cross-validated shrinkage, which
+# may switch the correction off, declare the `poor_score` tag: by design they need not fit arbitrary
+# regression data, which is what that tag is for. shrinkage=1.0 runs the full-score checks.)
 EXPECTED_FAILED: dict[str, str] = {}
 
 
-@parametrize_with_checks([SpeedupEstimator(), SpeedupEstimator(correction="constant"),
+@parametrize_with_checks([SpeedupEstimator(), SpeedupEstimator(shrinkage=1.0), SpeedupEstimator(correction="constant"),
                           SpeedupEstimator(interval_method="quantile", min_rows=10)],
                          expected_failed_checks=lambda est: EXPECTED_FAILED)
 def test_sklearn_contract(estimator, check) -> None:
@@ -58,9 +59,39 @@ def test_correction_beats_the_base_and_the_range_covers() -> None:
 
 def test_few_rows_fall_back_to_a_constant_shift() -> None:
     X, y, _ = _data(n=12)
-    est = SpeedupEstimator(min_rows=30).fit(X, y)
+    est = SpeedupEstimator(min_rows=30, shrinkage=1.0).fit(X, y)
     assert est.correction_ is None
     np.testing.assert_allclose(est.log_correction(X), est.offset_)
+
+
+def test_cv_shrinkage_keeps_a_correction_that_transfers() -> None:
+    X, y, groups = _data()
+    est = SpeedupEstimator().fit(X, y, groups=groups)
+    assert est.shrinkage_ == 1.0 and est.cv_error_["shrinkage"] == 1.0
+    assert est.cv_error_["median_rel_error"] < est.cv_error_["median_rel_error_analytic"] / 3
+
+
+def test_cv_shrinkage_switches_off_a_correction_that_does_not_transfer() -> None:
+    """The residual follows feature 1 with a sign that flips from group to group: a correction fitted
+    on some groups points the wrong way on the others, so the analytic base alone is kept."""
+    rng = np.random.default_rng(3)
+    n = 240
+    base, x1, groups = rng.uniform(0.8, 2.5, n), rng.uniform(0, 1, n), np.arange(n) % 6
+    sign = np.where(groups % 2 == 0, 1.0, -1.0)
+    X = np.column_stack([np.log(base), x1, rng.normal(size=n)])
+    y = base * np.exp(0.4 * sign * x1 + rng.normal(0, 0.02, n))
+    est = SpeedupEstimator().fit(X, y, groups=groups)
+    assert est.shrinkage_ == 0.0
+    np.testing.assert_allclose(est.predict(X), base)
+    forced = SpeedupEstimator(shrinkage=1.0).fit(X, y, groups=groups)
+    assert forced.cv_error_["median_rel_error"] > est.cv_error_["median_rel_error"]
+
+
+def test_fixed_shrinkage_scales_the_correction() -> None:
+    X, y, groups = _data()
+    full = SpeedupEstimator(shrinkage=1.0).fit(X, y, groups=groups)
+    half = SpeedupEstimator(shrinkage=0.5).fit(X, y, groups=groups)
+    np.testing.assert_allclose(half.log_correction(X), 0.5 * full.log_correction(X))
 
 
 def test_no_correction_keeps_the_base_but_learns_the_range() -> None:
@@ -87,7 +118,7 @@ def test_clone_and_grid_search_compose() -> None:
 
 
 @pytest.mark.parametrize("bad", [{"correction": "magic"}, {"interval": (0.9, 0.1)},
-                                 {"interval_method": "bayes"}])
+                                 {"interval_method": "bayes"}, {"shrinkage": 1.5}, {"shrinkage": "auto"}])
 def test_bad_parameters_fail_at_fit(bad: dict) -> None:
     X, y, _ = _data(n=20)
     with pytest.raises(ValueError):
@@ -177,3 +208,58 @@ def test_lookahead_keeps_its_measured_tokens_per_step_across_n() -> None:
     ev = Evidence(0.8, 0.8, 0.8, "measured", per_position=(0.9, 0.8), cost=cost, tau=2.5)
     for n in (1, 4, 8):
         assert base_speedup(Candidate(lookahead, depth=n, evidence=ev)) == pytest.approx(2.5)
+
+
+def test_correction_is_not_carried_beyond_its_domain() -> None:
+    """Fitted at temperature 0 only: rows at temperature 1 get the analytic base and its wider range."""
+    X, y, groups = _data()
+    X0 = np.column_stack([X, np.zeros(len(X))])
+    est = SpeedupEstimator(shrinkage=1.0, domain_columns=(3,)).fit(X0, y, groups=groups)
+    X1 = X0.copy()
+    X1[:, 3] = 1.0
+    np.testing.assert_allclose(est.predict(X1), np.exp(X1[:, 0]))
+    assert not np.allclose(est.predict(X0), np.exp(X0[:, 0]))
+    assert est.in_domain(X0).all() and not est.in_domain(X1).any()
+    lo, hi = est.predict_interval(X1)
+    assert np.all(lo <= est.predict(X1)) and np.all(hi >= est.predict(X1))
+    with pytest.raises(ValueError, match="domain_columns"):
+        SpeedupEstimator(domain_columns=(9,)).fit(X0, y)
+
+
+def _chain_cell(n: int, per_step_draft: float, steps: int = 10, plain: float = 0.01) -> dict:
+    """A summary cell whose drafting costs ``per_step_draft`` plain steps per step."""
+    drafted = n * steps
+    return {"num_draft_tokens": n, "decode_steps": steps, "v_vs_plain_forward": 1.2,
+            "verify_s_per_step": 1.2 * plain, "draft_s_per_token": per_step_draft * plain * steps / drafted,
+            "draft_tokens": drafted, "draft_steps": steps, "alpha_iid": 0.6}
+
+
+def test_two_chain_lengths_split_the_drafting_cost() -> None:
+    from policies.features import split_draft_cost, step_ratio
+
+    d0, d = 0.3, 0.2
+    long, short = _chain_cell(8, d0 + 8 * d), _chain_cell(1, d0 + d)
+    assert split_draft_cost(long, short, DRAFT) == pytest.approx((d0, d))
+    assert split_draft_cost(long, _chain_cell(8, 1.0), DRAFT) is None          # same length: no line
+    assert split_draft_cost(long, _chain_cell(1, 5.0), DRAFT) is None          # d <= 0: no line
+    one = evidence_from_cell(long, DRAFT)                                      # all of it per forward
+    two = evidence_from_cell(long, DRAFT, probe=short)
+    assert one.cost.draft_fixed == 0.0 and two.cost.draft_fixed == pytest.approx(d0)
+    n1 = [Candidate(DRAFT, depth=1, evidence=ev) for ev in (one, two)]
+    n8 = [Candidate(DRAFT, depth=8, evidence=ev) for ev in (one, two)]
+    # Both reproduce the profiled chain; only the split one charges N = 1 what it costs.
+    assert step_ratio(n8[0]) == pytest.approx(step_ratio(n8[1]))
+    assert step_ratio(n1[1]) - step_ratio(n1[0]) == pytest.approx(d0 + d - (d0 + 8 * d) / 8)
+
+
+def test_the_last_step_is_cut_at_the_output_limit() -> None:
+    from policies.features import steps_per_generation
+
+    assert steps_per_generation(1.0, 48) == pytest.approx(47)                  # plain: T - 1 steps
+    assert steps_per_generation(9.0, 49) == pytest.approx((48 + 4) / 9)        # overshoot (L - 1)/2
+    assert steps_per_generation(9.0, 3) == 1.0                                 # at least one step
+    curve = ((1.0, 1.0), (16.0, 1.0))
+    short, long = (Candidate(DRAFT, depth=8, evidence=Evidence(
+        0.95, 0.95, 0.95, "measured", cost=CostEvidence(0.0, verify=curve, output_tokens=t))) for t in (24, 4000))
+    # At near-full acceptance a 24-token output wastes part of its last step; 4000 tokens do not.
+    assert base_speedup(short) < 0.9 * base_speedup(long)
