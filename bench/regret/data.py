@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -124,6 +124,28 @@ def profile_records(w: Workload, depth_of: dict[str, int], k: int) -> list[Recor
         if c.is_plain or depth_of.get(c.strategy) == c.num_draft_tokens:
             keep.append(r)
     return keep
+
+
+# The drafter probe: one short chain per drafter whose cost grows with N (draft model, EAGLE layer),
+# on one prompt of one task at each temperature, with its plain baseline -- a measurement of the
+# deployment (drafting cost does not depend on the task; sampling drafts cost more than greedy ones),
+# made once and shared by every workload like the verify curve.
+PROBE_DEPTH = 1
+PROBE_TASK = "drafter-probe"
+PROBE_KINDS = ("draft_model", "target_layer")
+
+
+def probe_records(data: SweepData, kinds: dict[str, str], prompts: int = 1) -> list[Record]:
+    """The probe cut from the sweep's first task at each temperature (chain N = 1 and plain, first
+    ``prompts``), relabelled to its own task so that it informs drafting costs only, never a
+    workload's acceptance. ``kinds`` maps strategy to its declared draft-cost kind.
+    """
+    first = min(t for t, _ in data.workloads)
+    keep = [r for (t, _), w in sorted(data.workloads.items()) if t == first for r in w.records
+            if _prompt_index(r.prompt_ids[0]) < prompts and r.cell.tree is None
+            and (r.cell.is_plain or (kinds.get(r.cell.strategy) in PROBE_KINDS
+                                     and r.cell.num_draft_tokens == PROBE_DEPTH))]
+    return [replace(r, cell=replace(r.cell, task=PROBE_TASK)) for r in keep]
 
 
 def load_profile_records(folders: list[Path]) -> dict[tuple[str, float], list[Record]]:

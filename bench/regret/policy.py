@@ -8,7 +8,7 @@ The held-out workload's decision is ``picker.recommend.recommend`` with the fitt
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -28,9 +28,11 @@ from picker.recommendation import Recommendation
 from picker.sweep import parse_tree_label
 from policies import analytic
 from policies.estimator import SpeedupEstimator
-from policies.features import feature_matrix
+from policies.features import FEATURES, feature_matrix
 
 OUT_TOKENS = 48
+# The learned correction is not carried beyond the temperatures and batch sizes it was fitted on.
+DOMAIN_COLUMNS = (FEATURES.index("temperature"), FEATURES.index("log2_batch"))
 
 
 @dataclass
@@ -42,21 +44,30 @@ class Prepared:
     depth_of: dict[str, int]
     profile: object
     measurements: object
+    probe_records: list = field(default_factory=list)  # the shared drafter probe (data.probe_records)
 
 
 def depth_of(plugins: dict[str, StrategyPlugin], strategies: set[str]) -> dict[str, int]:
     return {s: PROFILE_DEPTH[plugins[s].capabilities.draft_cost] for s in strategies}
 
 
-def prepare(data: SweepData, w: Workload, k: int, prompt_tokens: float, profiled: list | None = None) -> Prepared:
+def prepare(data: SweepData, w: Workload, k: int, prompt_tokens: float, profiled: list | None = None,
+            probe: list | None = None) -> Prepared:
     """The workload with the policy's evidence: ``profiled`` records from a separate ``specpick
-    profile`` run when given, else the sweep's own records of the profile cells, first ``k`` prompts."""
+    profile`` run when given, else the sweep's own records of the profile cells, first ``k`` prompts;
+    ``probe`` (``data.probe_records``) adds the deployment's drafter probe, for drafting costs only."""
     plugins = load_strategies()
     strategies = {g.strategy for g in w.truth} - {"plain"}
     depths = depth_of(plugins, strategies)
     recs = profiled if profiled is not None else profile_records(w, depths, k)
     prof = zoo_profile(w.task, w.temperature, Path(data.target_path), data.artifacts, prompt_tokens, OUT_TOKENS)
-    return Prepared(w, recs, depths, prof, measurements_of(recs, f"profile:{w.name}"))
+    probe = list(probe or [])
+    return Prepared(w, recs, depths, prof, measurements_of(recs + probe, f"profile:{w.name}"), probe)
+
+
+def draft_kinds() -> dict[str, str]:
+    """Strategy name -> its declared draft-cost kind."""
+    return {name: p.capabilities.draft_cost for name, p in load_strategies().items()}
 
 
 def option(plugins: dict[str, StrategyPlugin], g: GridKey) -> Option:
@@ -88,6 +99,7 @@ def fit(train: list[Prepared], data: SweepData, **params: object) -> SpeedupEsti
     X = np.vstack([r[1] for r in rows])
     y = np.concatenate([r[2] for r in rows])
     groups = np.concatenate([[p.workload.task] * len(r[0]) for p, r in zip(train, rows)])
+    params = {"domain_columns": DOMAIN_COLUMNS, **params}
     return SpeedupEstimator(**params).fit(X, y, groups=groups)  # type: ignore[arg-type]
 
 

@@ -30,8 +30,16 @@ from bench.regret.data import (
     cost_of,
     load_profile_records,
     load_sweeps,
+    probe_records,
 )
-from bench.regret.policy import Prepared, decide, fit, predict_grid, prepare
+from bench.regret.policy import (
+    Prepared,
+    decide,
+    draft_kinds,
+    fit,
+    predict_grid,
+    prepare,
+)
 
 # Engine defaults (research/policies.md §6; FACTS.md). SGLang's (steps, topk, draft tokens) apply to
 # its EAGLE family: with no EAGLE head they are mapped onto STANDALONE (the draft model), which
@@ -83,7 +91,10 @@ def evaluate(p: Prepared, data: SweepData, est: Any, train: list[Prepared]) -> d
     cells = [{"config": g.label, "measured": w.truth[g], "predicted": m, "low": lo, "high": hi,
               "analytic": base[g][0]} for g, (m, lo, hi) in preds.items()]
     sweep_recs = w.records
+    # Deployment-level measurements (the verify curve; the policy's drafter probe) are shared by the
+    # workloads: each is charged its share.
     curve_share = {k: v / len(data.workloads) for k, v in data.curve_cost.items()}
+    probe_share = {k: v / len(data.workloads) for k, v in cost_of(p.probe_records).items()}
     return {
         "workload": w.name, "task": w.task, "temperature": w.temperature,
         "configs": {name: {"strategy": g.strategy, "n": g.n, "tree": g.tree, "label": g.label,
@@ -91,7 +102,7 @@ def evaluate(p: Prepared, data: SweepData, est: Any, train: list[Prepared]) -> d
         "policy_predicted": predicted, "analytic_predicted": a_pred,
         "policy_evidence": rec.evidence.source,
         "cells": cells,
-        "cost": {"policy": _plus(cost_of(p.profile_records), curve_share),
+        "cost": {"policy": _plus(_plus(cost_of(p.profile_records), curve_share), probe_share),
                  "sweep": _plus(cost_of(sweep_recs), curve_share)},
     }
 
@@ -129,12 +140,16 @@ def main() -> None:
     ap.add_argument("--profile-prompts", type=int, default=3, help="without --profile: prompts cut from the sweep")
     ap.add_argument("--prompt-tokens", type=float, default=200.0)
     ap.add_argument("--artifact", type=Path, default=None, help="also fit on every workload and save the policy here")
+    ap.add_argument("--probe", action=argparse.BooleanOptionalAction, default=True,
+                    help="give the policy the drafter probe (one N=1 chain per draft model / EAGLE layer, "
+                         "one prompt, shared by all workloads; its cost is charged like the verify curve)")
     args = ap.parse_args()
     data = load_sweeps(args.sweep)
     keys = sorted(data.workloads)
     profiled = load_profile_records(args.profile) if args.profile else {}
+    probe = probe_records(data, draft_kinds()) if args.probe else []
     prepared = {k: prepare(data, data.workloads[k], args.profile_prompts, args.prompt_tokens,
-                           profiled.get(k) if args.profile else None) for k in keys}
+                           profiled.get(k) if args.profile else None, probe) for k in keys}
     rows = []
     with threadpool_limits(limits=1):
         for name, train_keys, test_keys in splits(keys):
@@ -148,9 +163,10 @@ def main() -> None:
                       f"{c['policy']['sweep_speedup'] or float('nan'):.3f}  best {c['sweep best']['label']:24s} "
                       f"{c['sweep best']['sweep_speedup']:.3f}", flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
-    by_split = {s: summarize([r for r in rows if r["split"].startswith(s)]) for s in ("loto", "temp")}
+    # A sweep at one temperature has no held-out-temperature split.
+    by_split = {s: summarize(mine) for s in ("loto", "temp") if (mine := [r for r in rows if r["split"].startswith(s)])}
     result = {"sweeps": [str(s) for s in args.sweep], "profile": [str(p) for p in args.profile or []],
-              "profile_prompts": args.profile_prompts,
+              "profile_prompts": args.profile_prompts, "probe": args.probe,
               "curve": data.curve, "summary": by_split, "rows": rows}
     (args.out / "regret.json").write_text(json.dumps(result, indent=2, default=str))
     print(json.dumps(by_split, indent=2))
@@ -164,7 +180,7 @@ def save_artifact(path: Path, every: list[Prepared], data: SweepData, held_out: 
     """Fit on every workload and write the policy artifact with its model card."""
     import numpy as np
 
-    from bench.regret.policy import grid_rows
+    from bench.regret.policy import DOMAIN_COLUMNS, grid_rows
     from policies.artifacts import save_policy
     from policies.estimator import SpeedupEstimator
 
@@ -183,14 +199,18 @@ def save_artifact(path: Path, every: list[Prepared], data: SweepData, held_out: 
                           "evidence": (f"each workload's own `specpick profile` runs ({[str(p) for p in args.profile]})" if args.profile
                                        else f"each workload's cheap profile cut from the sweep: one chain cell per "
                                             f"strategy on its first {args.profile_prompts} prompts, plus plain")
-                                      + "; verify curve of the sweep"},
+                                      + "; verify curve of the sweep"
+                                      + ("; drafter probe: N=1 chains of the draft model and EAGLE layer on one "
+                                         "prompt per temperature, for drafting costs only" if args.probe else "")},
         "held_out": held_out,
         "domain": {"hardware": ["cpu"], "engines": ["tensorrt_llm"], "params": [min(params), max(params)]},
         "measured_costs": True,  # rows used the profiled step costs, not the roofline
         "limitations": ["batch 1 only measured; batch enters through the verify-time curve (tokens in flight)",
+                        ("the correction is applied only inside the fitted temperatures and batch sizes "
+                         "(domain_columns); cross-validation over task groups chose how much of it to apply"),
                         "timings from a shared 2-core CPU: tens of percent of timing noise per cell"],
     }
-    save_policy(path, SpeedupEstimator(), X, y, groups, card)
+    save_policy(path, SpeedupEstimator(domain_columns=DOMAIN_COLUMNS), X, y, groups, card)
     print(f"policy artifact written to {path}")
 
 

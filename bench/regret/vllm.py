@@ -63,14 +63,15 @@ def choices(regret: dict[str, Any], workloads: list[tuple[str, float]]) -> dict[
     fitted leave-one-task-out exactly as ``regret.py`` does."""
     from threadpoolctl import threadpool_limits
 
-    from bench.regret.data import load_profile_records, load_sweeps
-    from bench.regret.policy import decide, fit, prepare
+    from bench.regret.data import load_profile_records, load_sweeps, probe_records
+    from bench.regret.policy import decide, draft_kinds, fit, prepare
 
     data = load_sweeps([Path(s) for s in regret["sweeps"]])
     profiled = load_profile_records([Path(p) for p in regret["profile"]]) if regret["profile"] else {}
     keys = sorted(data.workloads)
+    probe = probe_records(data, draft_kinds()) if regret.get("probe") else []
     prepared = {k: prepare(data, data.workloads[k], regret["profile_prompts"], 200.0,
-                           profiled.get(k) if profiled else None) for k in keys}
+                           profiled.get(k) if profiled else None, probe) for k in keys}
     out = {}
     with threadpool_limits(limits=1):
         for task in sorted({t for t, _ in workloads}):

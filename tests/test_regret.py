@@ -1,0 +1,72 @@
+"""The regret bench end to end on a real (tiny) sweep: the policy chooses from exactly the sweep's
+grid, the drafter probe informs costs only, and the profiling cost is counted against the sweep's."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from picker.cli.main import app
+
+runner = CliRunner()
+TASKS = ("code", "math")
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A sweep of a random tiny Llama (its own draft) over two task types: 8 workload cells each."""
+    pytest.importorskip("torch")
+    from tests.tiny import tiny_folder
+
+    tiny = tiny_folder(tmp_path_factory.mktemp("tiny"), list(TASKS), 20)
+    out = tmp_path_factory.mktemp("sweep")
+    result = runner.invoke(app, ["sweep", "--model", str(tiny), "--artifact", f"vanilla={tiny}", "--out", str(out),
+                                 "--strategies", "vanilla,ngram", "--tasks", ",".join(TASKS), "--temperatures", "0",
+                                 "--chain-lengths", "1,2,8", "--prompts-per-task", "3", "--max-new-tokens", "8",
+                                 "--quiet"])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_probe_is_relabelled_and_holds_only_short_draft_chains_and_plain(sweep: Path) -> None:
+    from bench.regret.data import PROBE_TASK, load_sweeps, probe_records
+    from bench.regret.policy import draft_kinds
+
+    data = load_sweeps([sweep])
+    probe = probe_records(data, draft_kinds())
+    cells = {(r.cell.task, r.cell.strategy, r.cell.num_draft_tokens) for r in probe}
+    # ngram's lookup cost does not grow with N: it gets no probe; the draft model does.
+    assert cells == {(PROBE_TASK, "plain", 0), (PROBE_TASK, "vanilla", 1)}
+    assert all(r.prompt_ids[0].endswith("-0") for r in probe)
+
+
+def test_grid_options_are_exactly_the_sweeps_grid(sweep: Path) -> None:
+    from bench.regret.data import load_sweeps
+    from bench.regret.policy import grid_key, grid_options, prepare, scorer
+
+    data = load_sweeps([sweep])
+    w = data.workloads[("code", 0.0)]
+    p = prepare(data, w, 2, 100.0)
+    keys = {grid_key(o) for o in grid_options(p, scorer(p, data, None))}
+    assert keys == {g for g in w.truth if g.strategy != "plain"}
+
+
+def test_regret_run_chooses_inside_the_grid_and_charges_its_cost(sweep: Path, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from bench.regret import regret
+
+    out = tmp_path / "regret"
+    monkeypatch.setattr(sys, "argv", ["regret", "--sweep", str(sweep), "--out", str(out), "--profile-prompts", "2"])
+    regret.main()
+    result = json.loads((out / "regret.json").read_text())
+    rows = result["rows"]
+    assert {r["workload"] for r in rows} == {"code@T=0", "math@T=0"} and result["probe"] is True
+    for r in rows:
+        assert r["configs"]["policy"]["sweep_speedup"] is not None    # a configuration the sweep measured
+        assert r["cost"]["policy"]["forwards"] < r["cost"]["sweep"]["forwards"]
+        assert all(c["low"] <= c["predicted"] <= c["high"] for c in r["cells"])
+    assert result["summary"]["loto"]["cells"] == sum(len(r["cells"]) for r in rows if r["split"].startswith("loto"))
