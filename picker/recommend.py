@@ -26,7 +26,7 @@ from picker.workload import WorkloadProfile
 from policies import analytic
 from policies.analytic import Config, CostContext
 from policies.costmodel import eagle_layer_shape, medusa_heads_shape
-from policies.features import Candidate, Evidence, base_range, evidence_from_cell
+from policies.features import Candidate, CostEvidence, Evidence, base_range, evidence_from_cell, live_step_points
 from policies.priors import load_priors
 from policies.roofline import ModelShape
 
@@ -115,6 +115,13 @@ class Scorer:
         t = min(near, key=lambda c: abs(c.temperature - temperature)).temperature
         return [c for c in near if c.temperature == t]
 
+    def _live_points(self, name: str, cell: Cell) -> tuple[tuple[float, float], ...]:
+        """Step ratios implied by the live cells of this strategy at ``cell``'s temperature."""
+        assert self.measurements is not None
+        same = [c for c in self.measurements.cells if c.strategy == name and c.tree is None
+                and c.temperature == cell.temperature]
+        return live_step_points(same)
+
     def _probe(self, name: str, cell: Cell) -> Cell | None:
         """A chain cell of the same strategy at another length, any task (drafting cost does not
         depend on the text), to split the drafting cost: the same temperature first (sampling
@@ -149,7 +156,11 @@ class Scorer:
             ev = evidence_from_cell(cell, plugin.capabilities, self.verify_curve,
                                     self.measurements.source if self.measurements else "",
                                     probe=self._probe(plugin.name, cell))
-            if ev.cost is None or not self.measured_costs:
+            if ev.cost is None and self.measured_costs and (points := self._live_points(plugin.name, cell)):
+                # A live engine: no step timings, but tokens/s against plain at measured lengths.
+                out = self.profile.traffic.output_tokens.expected()
+                ev = replace(ev, cost=CostEvidence(0.0, output_tokens=out, step_points=points))
+            elif ev.cost is None or not self.measured_costs:
                 ev = replace(ev, cost=None)
             else:  # the fixed per-generation time (prefill) is spread over the workload's output length
                 out = self.profile.traffic.output_tokens.expected()

@@ -60,6 +60,9 @@ class CostEvidence:
     output_tokens: float = 0.0        # T: tokens per generation F is spread over (0: decode only)
     verify: tuple[tuple[float, float], ...] = ()  # (tokens in flight, T(m)/T(1)) measured
     draft_fixed: float = 0.0          # d₀: per-step drafting time besides the d per forward (see cost_from_cell)
+    # (N, R) measured end to end on a live engine that reports no step timings (live_step_points);
+    # when present they replace the draft/verify decomposition above.
+    step_points: tuple[tuple[float, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -187,6 +190,8 @@ def curve_ratio(curve: Sequence[tuple[float, float]], tokens: float) -> float:
 def step_ratio(c: Candidate) -> float:
     """Seconds of one speculative step over one plain decode step at the same batch size."""
     cost = c.evidence.cost
+    if cost is not None and cost.step_points:
+        return points_ratio(cost.step_points, float(c.nodes))
     if cost is None or not cost.verify:
         if c.ctx is None:
             raise ValueError("a candidate needs measured costs or a roofline context (ctx)")
@@ -215,6 +220,42 @@ def steps_per_generation(length: float, out_tokens: float) -> float:
     if decode <= 0:
         return 0.0
     return max((decode + (length - 1.0) / 2.0) / length, 1.0)
+
+
+def points_ratio(points: Sequence[tuple[float, float]], n: float) -> float:
+    """R at ``n`` draft tokens from measured (N, R) points and (0, 1): piecewise linear, continued
+    beyond the last point with the last segment's slope (never falling)."""
+    pts = [(0.0, 1.0), *sorted((float(a), float(b)) for a, b in points if a > 0)]
+    for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
+        if n <= x1:
+            return y0 + (y1 - y0) * (n - x0) / (x1 - x0)
+    (x0, y0), (x1, y1) = pts[-2], pts[-1]
+    return y1 + max((y1 - y0) / (x1 - x0), 0.0) * (n - x1)
+
+
+def live_step_ratio(cell: Any) -> tuple[float, float] | None:
+    """(N, R): the step ratio a live chain cell implies -- speedup s = (T − 1) / (S·R) with S the decode
+    steps of a T-token generation at the cell's tokens per step -- for engines that report tokens/s and
+    acceptance but no step timings (vLLM, llama.cpp). The prefill and request overhead are folded
+    into R (no fixed term: the engine does not report it). None without a speedup or acceptance."""
+    n, s = _num(cell, "num_draft_tokens"), _num(cell, "speedup_vs_plain")
+    tokens, samples, tau = _num(cell, "tokens"), _num(cell, "samples"), _num(cell, "tau")
+    if not (n and s and tokens and samples and tau):
+        return None
+    steps = _num(cell, "decode_steps")
+    per_step = (tokens - samples) / steps if steps else tau  # drafting and non-drafting steps alike
+    out = tokens / samples
+    return n, (out - 1.0) / (steps_per_generation(max(per_step, 1.0), out) * s)
+
+
+def live_step_points(cells: Sequence[Any]) -> tuple[tuple[float, float], ...]:
+    """(N, median R) over live chain cells (any task: the step cost does not depend on the text)."""
+    by_n: dict[float, list[float]] = {}
+    for cell in cells:
+        point = live_step_ratio(cell)
+        if point is not None:
+            by_n.setdefault(point[0], []).append(point[1])
+    return tuple((n, sorted(rs)[len(rs) // 2]) for n, rs in sorted(by_n.items()))
 
 
 def _speedup(c: Candidate, length: float, ratio: float) -> float:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from sklearn.base import clone
@@ -263,3 +265,42 @@ def test_the_last_step_is_cut_at_the_output_limit() -> None:
         0.95, 0.95, 0.95, "measured", cost=CostEvidence(0.0, verify=curve, output_tokens=t))) for t in (24, 4000))
     # At near-full acceptance a 24-token output wastes part of its last step; 4000 tokens do not.
     assert base_speedup(short) < 0.9 * base_speedup(long)
+
+
+def test_live_cells_give_step_ratios_that_reproduce_their_speedup() -> None:
+    """A live engine reports tokens/s against plain and acceptance, not step timings: the implied
+    step ratio R at each measured N reproduces the measured speedup, and other N interpolate."""
+    from policies.features import live_step_points, live_step_ratio, points_ratio, step_ratio
+
+    cell = {"num_draft_tokens": 4, "speedup_vs_plain": 1.5, "tokens": 480, "samples": 10, "tau": 3.0,
+            "decode_steps": 470 / 3}
+    n, r = live_step_ratio(cell)
+    assert n == 4 and r == pytest.approx(47 / (((47 + 1.0) / 3.0) * 1.5))
+    assert live_step_ratio({**cell, "speedup_vs_plain": None}) is None
+    slow = {**cell, "num_draft_tokens": 8, "speedup_vs_plain": 0.5}
+    points = live_step_points([cell, slow, {**cell, "speedup_vs_plain": 1.4}, {**cell, "speedup_vs_plain": 1.6}])
+    assert [p[0] for p in points] == [4, 8] and points[0][1] == pytest.approx(r)   # the median at N = 4
+    assert points_ratio(points, 2.0) == pytest.approx(1 + (r - 1) / 2)             # through (0, 1)
+    assert points_ratio(points, 12.0) > points_ratio(points, 8.0)                  # continued upward
+    ev = Evidence(0.5, 0.5, 0.5, "measured", per_position=(1.0, 1.0, 0.0),         # E[L] = 3 at N = 4
+                  cost=CostEvidence(0.0, output_tokens=48, step_points=points))
+    c = Candidate(DRAFT, depth=4, evidence=ev)
+    assert step_ratio(c) == pytest.approx(r) and base_speedup(c) == pytest.approx(1.5)
+
+
+def test_recommend_uses_live_step_ratios_when_the_engine_reports_no_timings(tmp_path) -> None:
+    from picker.measurements import Measurements
+    from picker.plugins import load_strategies
+    from picker.recommend import Scorer
+    from picker.workload import load_profile
+
+    profile = load_profile(Path(__file__).parents[1] / "profiles" / "chat-70b-h100.yaml")
+    live = {"task": "chat", "strategy": "ngram", "temperature": 0.0, "alpha": 0.5, "alpha_ci": [0.4, 0.6],
+            "alpha_iid": 0.5, "samples": 10, "num_draft_tokens": 4, "tau": 2.0, "tokens": 480,
+            "speedup_vs_plain": 0.8, "per_position": [0.5, 0.5, 0.5, 0.5]}
+    m = Measurements.model_validate({"cells": [live], "run": {"backend": profile.engine.name}})
+    ev = Scorer(profile, m).evidence(load_strategies()["ngram"], "chat", 0.0, 4)
+    assert ev.cost is not None and ev.cost.step_points and ev.cost.step_points[0][0] == 4
+    no_speedup = Measurements.model_validate({"cells": [{**live, "speedup_vs_plain": None}],
+                                              "run": {"backend": profile.engine.name}})
+    assert Scorer(profile, no_speedup).evidence(load_strategies()["ngram"], "chat", 0.0, 4).cost is None

@@ -70,3 +70,21 @@ def test_regret_run_chooses_inside_the_grid_and_charges_its_cost(sweep: Path, tm
         assert r["cost"]["policy"]["forwards"] < r["cost"]["sweep"]["forwards"]
         assert all(c["low"] <= c["predicted"] <= c["high"] for c in r["cells"])
     assert result["summary"]["loto"]["cells"] == sum(len(r["cells"]) for r in rows if r["split"].startswith("loto"))
+
+
+def test_vllm_profile_rows_become_cells_with_per_position_acceptance_and_speedup() -> None:
+    """Rows as bench/regret/vllm.py records them (counter deltas from /metrics) -> summary cells."""
+    from bench.regret.vllm_profile import ACCEPTED, DRAFT_TOKENS, DRAFTS, cells_from_rows, per_pos_key
+    from picker.measurements import Measurements
+
+    counters = {DRAFTS: 20.0, DRAFT_TOKENS: 40.0, ACCEPTED: 30.0, per_pos_key(0): 18.0, per_pos_key(1): 12.0}
+    rows = [{"config": "plain", "workload": "code@T=0", "pass": 0, "tokens": 96, "wall_s": 2.0, "counters": {}},
+            {"config": "ngram N=2", "workload": "code@T=0", "pass": 0, "tokens": 96, "wall_s": 1.0,
+             "counters": counters}]
+    (cell,) = cells_from_rows(rows, max_new_tokens=48)
+    assert (cell["task"], cell["strategy"], cell["temperature"], cell["num_draft_tokens"]) == ("code", "ngram", 0.0, 2)
+    assert cell["samples"] == 2 and cell["speedup_vs_plain"] == pytest.approx(2.0)
+    assert cell["per_position"] == pytest.approx([18 / 20, 12 / 18])
+    assert cell["alpha_iid"] == pytest.approx(30 / 38) and cell["tau"] == pytest.approx(2.5)
+    assert cell["decode_steps"] == 96 - 2 - 30
+    Measurements.model_validate({"cells": [cell]})                     # what recommend reads

