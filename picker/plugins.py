@@ -41,6 +41,9 @@ class Capabilities:
     trainable_heads: bool = False       # has heads that must be trained on the target
     tree: bool = False                  # proposes token trees, verified with tree attention
     deterministic_draft: bool = False   # p is one-hot (n-gram, lookahead): accept d with prob q(d)
+    # At temperature > 0 the reference drafter keeps proposing trees (siblings sampled); False: it
+    # proposes a sampled chain of the tree's depth instead (what its measured costs describe).
+    sampled_tree: bool = True
     draft_cost: DraftCost = "draft_model"  # what one draft step costs, for the cost model
     # What the deployment must supply (the workload profile's `drafters` section), if anything.
     artifact: Artifact | None = None
@@ -69,6 +72,7 @@ class StrategyPlugin:
                 "trainable_heads": caps.trainable_heads,
                 "tree": caps.tree,
                 "deterministic_draft": caps.deterministic_draft,
+                "sampled_tree": caps.sampled_tree,
                 "draft_cost": caps.draft_cost,
                 "artifact": caps.artifact,
                 "engines": dict(caps.engines),

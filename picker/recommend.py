@@ -190,8 +190,19 @@ class Scorer:
         """The policy's row for ``option`` on ``bucket`` (``policies.features``)."""
         c = option.config
         ev = self.evidence(option.plugin, bucket.task, bucket.temperature, 0 if c.is_tree else c.depth)
-        return Candidate(option.caps, c.depth, c.topk, c.num_draft_tokens, bucket.temperature, bucket.batch,
+        topk, tokens = c.topk, c.num_draft_tokens
+        if c.is_tree and bucket.temperature > 0 and not option.caps.sampled_tree and self._reference_costs(ev):
+            # Measured on the reference loop, whose drafter sends a sampled chain of the tree's depth
+            # when sampling (declared in its capabilities): score what it will actually run.
+            ev = self.evidence(option.plugin, bucket.task, bucket.temperature, c.depth)
+            topk, tokens = 1, c.depth + 1
+        return Candidate(option.caps, c.depth, topk, tokens, bucket.temperature, bucket.batch,
                          self.ctx.context_len, bucket.task, ev, self.ctx)
+
+    def _reference_costs(self, ev: Evidence) -> bool:
+        """The evidence carries step costs measured on the reference loop (torch backend)."""
+        run = (getattr(self.measurements, "run", None) or {}) if self.measurements is not None else {}
+        return ev.cost is not None and str(run.get("backend", "")) == "torch"
 
     def bucket_speedup(self, option: Option, bucket: Bucket) -> tuple[float, float, float]:
         """(mean, low, high) speedup of ``option`` on one bucket, from the α range."""

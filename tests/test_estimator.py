@@ -304,3 +304,30 @@ def test_recommend_uses_live_step_ratios_when_the_engine_reports_no_timings(tmp_
     no_speedup = Measurements.model_validate({"cells": [{**live, "speedup_vs_plain": None}],
                                               "run": {"backend": profile.engine.name}})
     assert Scorer(profile, no_speedup).evidence(load_strategies()["ngram"], "chat", 0.0, 4).cost is None
+
+
+def test_a_drafter_that_samples_chains_is_scored_as_the_chain_it_runs() -> None:
+    """EAGLE-3's reference drafter declares sampled_tree=False: at T > 0 a tree configuration measured
+    on the reference loop is scored as the sampled chain of the tree's depth; at T = 0, or for a
+    strategy that keeps sampling trees (Medusa), it stays a tree."""
+    from picker.measurements import Measurements
+    from picker.plugins import load_strategies
+    from picker.recommend import Bucket, Option, Scorer
+    from picker.workload import load_profile
+
+    profile = load_profile(Path(__file__).parents[1] / "profiles" / "chat-70b-h100.yaml")
+    plugins = load_strategies()
+    assert not plugins["eagle3"].capabilities.sampled_tree and plugins["medusa"].capabilities.sampled_tree
+    cells = [{**_chain_cell(4, 1.0), "task": "chat", "strategy": s, "temperature": t, "alpha": 0.6,
+              "alpha_ci": [0.5, 0.7], "samples": 8} for s in ("eagle3", "medusa") for t in (0.0, 1.0)]
+    tree = analytic.Config(4, 2, 8)
+
+    def row(strategy: str, temperature: float, backend: str = "torch") -> Candidate:
+        m = Measurements.model_validate({"cells": cells, "run": {"backend": backend}})
+        sc = Scorer(profile, m, measured_costs=True)
+        opt = Option(plugins[strategy], tree, True, True)
+        return sc.candidate(opt, Bucket("chat", 1, temperature, 1.0))
+
+    assert (row("eagle3", 1.0).is_tree, row("eagle3", 1.0).nodes) == (False, 4)
+    assert row("eagle3", 0.0).is_tree and row("medusa", 1.0).is_tree
+    assert row("eagle3", 1.0, backend="vllm").is_tree          # another engine's costs: its own behaviour
