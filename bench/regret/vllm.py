@@ -44,6 +44,7 @@ from bench.regret.vllm_profile import (
     PROFILE_CONFIGS,
     cells_from_rows,
     decide_on_vllm,
+    parse_profile_configs,
     per_pos_key,
     run_profile,
 )
@@ -302,7 +303,9 @@ def main() -> None:
                     help="vllm: the policy profiles cheaply on vLLM itself (vllm_profile.py); reference: the "
                          "reference-engine choice transferred")
     ap.add_argument("--profile-first-prompt", type=int, default=11, help="the vLLM profile's prompts start here")
-    ap.add_argument("--profile-prompts", type=int, default=1)
+    ap.add_argument("--profile-prompts", type=int, default=2)
+    ap.add_argument("--profile-configs", default=PROFILE_CONFIGS,
+                    help="chains the vLLM profile serves, e.g. 'ngram:2,8;vanilla:1,4' (two lengths give R(N) a slope)")
     args = ap.parse_args()
     regret = json.loads(args.regret.read_text())
     run = json.loads((Path(regret["sweeps"][0]) / "run.json").read_text())
@@ -324,12 +327,16 @@ def main() -> None:
         if g.strategy != "plain":
             configs[g.label] = emitted(g, draft)
     configs["vllm default"] = dict(VLLM_DEFAULT)
-    labels = list(configs)
-    groups = [labels[i:i + args.group] for i in range(0, len(labels), args.group)]
     path = args.out / "records.jsonl"
     records = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-    done = {r["group"] for r in records}
-    todo = [(gi, group) for gi, group in enumerate(groups) if gi not in done]
+    # Resume by configuration, not by group position: a rerun whose policy picks a configuration not
+    # measured yet serves just that one, in a new group beside a fresh plain baseline.
+    measured = {r["config"] for r in records}
+    labels = [label for label in configs if label not in measured]
+    first = max((r["group"] for r in records), default=-1) + 1
+    todo = [(first + i // args.group, labels[i:i + args.group]) for i in range(0, len(labels), args.group)]
+    groups = {gi: sorted({r["config"] for r in records if r["group"] == gi} - {"plain"})
+              for gi in sorted({r["group"] for r in records})} | dict(todo)
     servers: dict[str, Server] = {}
     try:
         if todo:
@@ -355,7 +362,8 @@ def main() -> None:
         for server in servers.values():
             server.stop()
     summary = summarize(records, picks)
-    cost = {"profile": _cost(profile_rows, len(PROFILE_CONFIGS) + 1 if profile_rows else 0),
+    n_profiled = len(parse_profile_configs(args.profile_configs)) + 1 if profile_rows else 0
+    cost = {"profile": _cost(profile_rows, n_profiled),
             "grid": _cost(records, len(configs) + 1)}
     (args.out / "vllm.json").write_text(json.dumps({"configs": configs, "groups": groups, "workloads": summary,
                                                    "policy_profile": args.policy_profile, "cost": cost},

@@ -2,10 +2,12 @@
 
 A configuration chosen on the reference engine does not carry to vLLM's CPU build: there a step's
 cost, not acceptance, decides (prompt lookup accepting 6 tokens a step ran at 0.65x plain). So the
-policy measures on the engine it will deploy to, cheaply: prompt lookup at N = 8, the draft model
-at N = 4 and N = 1 (two lengths, so the cost line has a slope of its own), and plain decoding --
-one group of servers, ``--profile-prompts`` prompts per workload that the evaluation never uses,
-one pass. Acceptance (per position) comes from the servers' ``/metrics`` counters; the speedup
+policy measures on the engine it will deploy to, cheaply: each drafter at two chain lengths (prompt
+lookup N = 2 and 8, the draft model N = 1 and 4: one length cannot give the cost line a slope of its
+own) and plain decoding -- one group of servers, ``--profile-prompts`` (2) prompts per workload that
+the evaluation never uses, one pass. (The first design, prompt lookup at N = 8 only and one prompt,
+read R(N) for prompt lookup as a line through (0, 1) and one noisy point, and chose badly: 0.72 of
+the grid's best; see bench/regret/README.md.) Acceptance (per position) comes from the servers' ``/metrics`` counters; the speedup
 against plain at each measured N gives the step ratio R(N) (``policies.features.live_step_ratio``),
 which ``picker.recommend.Scorer`` interpolates for every other N. The reference-engine correction
 is out of its domain here: the decision is the analytic model with vLLM's measured costs.
@@ -22,7 +24,16 @@ from typing import Any
 
 from bench.regret.data import GridKey
 
-PROFILE_CONFIGS = (GridKey("ngram", 8), GridKey("vanilla", 4), GridKey("vanilla", 1))
+PROFILE_CONFIGS = "ngram:2,8;vanilla:1,4"  # default --profile-configs
+
+
+def parse_profile_configs(text: str) -> tuple[GridKey, ...]:
+    """'ngram:2,8;vanilla:1,4' -> the chain configurations the profile serves."""
+    out = []
+    for part in text.split(";"):
+        strategy, lengths = part.split(":")
+        out += [GridKey(strategy.strip(), int(n)) for n in lengths.split(",")]
+    return tuple(out)
 DRAFTS = "vllm:spec_decode_num_drafts_total"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
@@ -105,7 +116,7 @@ def run_profile(args: argparse.Namespace, servers_for: Any, measure: Any, worklo
     path = args.out / "profile.jsonl"
     if path.exists():
         return [json.loads(line) for line in path.read_text().splitlines()]
-    configs = {g.label: emitted(g, draft) for g in PROFILE_CONFIGS}
+    configs = {g.label: emitted(g, draft) for g in parse_profile_configs(args.profile_configs)}
     sub = argparse.Namespace(**{**vars(args), "first_prompt": args.profile_first_prompt,
                                 "prompts": args.profile_prompts, "passes": 1})
     with servers_for(configs) as servers:
