@@ -26,7 +26,14 @@ from picker.workload import WorkloadProfile
 from policies import analytic
 from policies.analytic import Config, CostContext
 from policies.costmodel import eagle_layer_shape, medusa_heads_shape
-from policies.features import Candidate, CostEvidence, Evidence, base_range, evidence_from_cell, live_step_points
+from policies.features import (
+    Candidate,
+    CostEvidence,
+    Evidence,
+    base_range,
+    evidence_from_cell,
+    live_step_points,
+)
 from policies.priors import load_priors
 from policies.roofline import ModelShape
 
@@ -229,7 +236,9 @@ class Scorer:
         estimator call per pair would cost a millisecond each. The analytic path needs no priming."""
         if self.policy is None:
             return
-        from policies.features import feature_matrix  # numpy + the estimator: only with a policy
+        from policies.features import (
+            feature_matrix,  # numpy + the estimator: only with a policy
+        )
 
         todo = [(o, b) for o in options for b in bs if (b.task, b.batch, b.temperature) not in o.speedups]
         if not todo:

@@ -32,6 +32,7 @@ output limit) -- what a tokens/s measurement that includes the prefill sees.
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -226,7 +227,7 @@ def points_ratio(points: Sequence[tuple[float, float]], n: float) -> float:
     """R at ``n`` draft tokens from measured (N, R) points and (0, 1): piecewise linear, continued
     beyond the last point with the last segment's slope (never falling)."""
     pts = [(0.0, 1.0), *sorted((float(a), float(b)) for a, b in points if a > 0)]
-    for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
+    for (x0, y0), (x1, y1) in itertools.pairwise(pts):
         if n <= x1:
             return y0 + (y1 - y0) * (n - x0) / (x1 - x0)
     (x0, y0), (x1, y1) = pts[-2], pts[-1]

@@ -74,7 +74,13 @@ def test_regret_run_chooses_inside_the_grid_and_charges_its_cost(sweep: Path, tm
 
 def test_vllm_profile_rows_become_cells_with_per_position_acceptance_and_speedup() -> None:
     """Rows as bench/regret/vllm.py records them (counter deltas from /metrics) -> summary cells."""
-    from bench.regret.vllm_profile import ACCEPTED, DRAFT_TOKENS, DRAFTS, cells_from_rows, per_pos_key
+    from bench.regret.vllm_profile import (
+        ACCEPTED,
+        DRAFT_TOKENS,
+        DRAFTS,
+        cells_from_rows,
+        per_pos_key,
+    )
     from picker.measurements import Measurements
 
     counters = {DRAFTS: 20.0, DRAFT_TOKENS: 40.0, ACCEPTED: 30.0, per_pos_key(0): 18.0, per_pos_key(1): 12.0}
