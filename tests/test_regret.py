@@ -94,3 +94,14 @@ def test_vllm_profile_rows_become_cells_with_per_position_acceptance_and_speedup
     assert cell["alpha_iid"] == pytest.approx(30 / 38) and cell["tau"] == pytest.approx(2.5)
     assert cell["decode_steps"] == 96 - 2 - 30
     Measurements.model_validate({"cells": [cell]})                     # what recommend reads
+
+
+def test_vllm_runs_resume_by_configuration() -> None:
+    from bench.regret.vllm import plan_groups
+
+    fresh = plan_groups(["a", "b", "c"], [], 2)
+    assert fresh == [(0, ["a", "b"]), (1, ["c"])]
+    done = [{"config": c, "group": g} for g, cs in fresh for c in ("plain", *cs)]
+    assert plan_groups(["a", "b", "c"], done, 2) == []
+    # A new choice inserted before measured ones gets its own new group; nothing is re-measured.
+    assert plan_groups(["a", "a2", "b", "c"], done, 2) == [(2, ["a2"])]

@@ -287,6 +287,19 @@ def table(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def plan_groups(labels: list[str], records: list[dict[str, Any]], size: int) -> list[tuple[int, list[str]]]:
+    """(group id, configurations) still to measure, ``size`` at a time beside plain.
+
+    Resume by configuration, not by group position: a rerun whose policy picks a configuration not
+    measured yet serves just that one, in a new group (numbered after the recorded ones) beside a
+    fresh plain baseline; what is recorded is never measured again.
+    """
+    measured = {r["config"] for r in records}
+    todo = [label for label in labels if label not in measured]
+    first = max((r["group"] for r in records), default=-1) + 1
+    return [(first + i // size, todo[i:i + size]) for i in range(0, len(todo), size)]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--regret", type=Path, required=True, help="regret.json (its sweeps and profiles are reused)")
@@ -329,12 +342,7 @@ def main() -> None:
     configs["vllm default"] = dict(VLLM_DEFAULT)
     path = args.out / "records.jsonl"
     records = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-    # Resume by configuration, not by group position: a rerun whose policy picks a configuration not
-    # measured yet serves just that one, in a new group beside a fresh plain baseline.
-    measured = {r["config"] for r in records}
-    labels = [label for label in configs if label not in measured]
-    first = max((r["group"] for r in records), default=-1) + 1
-    todo = [(first + i // args.group, labels[i:i + args.group]) for i in range(0, len(labels), args.group)]
+    todo = plan_groups(list(configs), records, args.group)
     groups = {gi: sorted({r["config"] for r in records if r["group"] == gi} - {"plain"})
               for gi in sorted({r["group"] for r in records})} | dict(todo)
     servers: dict[str, Server] = {}
