@@ -165,9 +165,8 @@ class Scorer:
                                     probe=self._probe(plugin.name, cell))
             if ev.cost is None and self.measured_costs and (points := self._live_points(plugin.name, cell)):
                 # A live engine: no step timings, but tokens/s against plain at measured lengths.
-                out = self.profile.traffic.output_tokens.expected()
-                ev = replace(ev, cost=CostEvidence(0.0, output_tokens=out, step_points=points))
-            elif ev.cost is None or not self.measured_costs:
+                ev = replace(ev, cost=CostEvidence(0.0, step_points=points))
+            if ev.cost is None or not self.measured_costs:
                 ev = replace(ev, cost=None)
             else:  # the fixed per-generation time (prefill) is spread over the workload's output length
                 out = self.profile.traffic.output_tokens.expected()
@@ -236,9 +235,8 @@ class Scorer:
         estimator call per pair would cost a millisecond each. The analytic path needs no priming."""
         if self.policy is None:
             return
-        from policies.features import (
-            feature_matrix,  # numpy + the estimator: only with a policy
-        )
+        # numpy + the estimator: only with a policy
+        from policies.features import feature_matrix
 
         todo = [(o, b) for o in options for b in bs if (b.task, b.batch, b.temperature) not in o.speedups]
         if not todo:

@@ -355,7 +355,9 @@ def _get(cell: Any, key: str) -> Any:
 
 
 def _draft_per_step(cell: Any, caps: Capabilities) -> tuple[int, float] | None:
-    """(draft forwards a step runs, drafting seconds per step in plain-step units) of a chain cell."""
+    """(draft forwards a step runs, drafting seconds per step in plain-step units) of a chain cell;
+    None when the cell has no step timings. Draft seconds are counted over every step: a lookup
+    runs even where it finds nothing."""
     n = int(_num(cell, "num_draft_tokens") or 0)
     steps, v = _num(cell, "decode_steps"), _num(cell, "v_vs_plain_forward")
     per_token, ver = _num(cell, "draft_s_per_token"), _num(cell, "verify_s_per_step")
@@ -394,17 +396,18 @@ def cost_from_cell(cell: Any, caps: Capabilities,
     verify curve, the cell's own verify ratio at its tokens per step is the curve's second point
     (log-log interpolation through (1, 1)): good near the profiled N, rougher far from it.
     """
-    n = int(_num(cell, "num_draft_tokens") or 0)
-    steps, v = _num(cell, "decode_steps"), _num(cell, "v_vs_plain_forward")
-    per_token, ver = _num(cell, "draft_s_per_token"), _num(cell, "verify_s_per_step")
-    drafted, draft_steps = _num(cell, "draft_tokens") or 0.0, _num(cell, "draft_steps") or 0.0
-    if not (n and steps and v and ver):
+    own = _draft_per_step(cell, caps)
+    if own is None:
         return None
+    units, per_step = own
+    n = int(_num(cell, "num_draft_tokens") or 0)
+    # Present whenever _draft_per_step answered; the defaults only satisfy the type checker.
+    steps = _num(cell, "decode_steps") or 1.0
+    v, ver = _num(cell, "v_vs_plain_forward") or 1.0, _num(cell, "verify_s_per_step") or 0.0
+    drafted, draft_steps = _num(cell, "draft_tokens") or 0.0, _num(cell, "draft_steps") or 0.0
     plain = ver / v
-    units = draft_units(caps, Candidate(caps, depth=n))
-    # Draft seconds are counted over every step: a lookup runs even where it finds nothing.
-    draft_s = (per_token or 0.0) * drafted
-    unit = draft_s / steps / plain / units if units else 0.0
+    draft_s = per_step * steps * plain
+    unit = per_step / units if units else 0.0
     rate = draft_steps / steps
     accepted, tokens, samples = _num(cell, "accepted_tokens"), _num(cell, "tokens"), _num(cell, "samples")
     share = 1.0
