@@ -71,6 +71,8 @@ def _evidence(scorer: Scorer, opt: Option, tb: list[Bucket]) -> dict[str, Any]:
                            "source": ev.source, "at_temperature": b.temperature, "at_batch": b.batch}
     if ev.per_position:
         out["per_position"] = [round(p, 3) for p in ev.per_position]
+    if ev.siblings and cand.is_tree and b.temperature > 0:
+        out["sibling_accept"] = [round(x, 3) for x in ev.siblings]  # measured, used for this tree
     if ev.cost is not None:
         out["cost"] = {"source": "measured", "draft_unit": round(ev.cost.draft_unit, 4),
                        "draft_share": round(ev.cost.draft_share, 3), "verify_curve_points": len(ev.cost.verify)}
@@ -120,8 +122,11 @@ def markdown(rows: list[dict[str, Any]], notes: list[str]) -> str:
             cost = e["cost"]
             cost_txt = (f"measured (d={cost['draft_unit']}, phi={cost['draft_share']})" if cost["source"] == "measured"
                         else f"roofline (c={cost['c']}, v={cost['v']}, {cost['bound']})")
+            sib = ("; siblings " + "/".join(f"{x:.2f}" for x in e["sibling_accept"][:3])
+                   if "sibling_accept" in e else "")
             lines.append(f"| {c['strategy']} | {c['config']} | {p['mean']:.2f}x | {p['low']:.2f}-{p['high']:.2f}x | "
-                         f"{e['alpha']} [{e['alpha_range'][0]}, {e['alpha_range'][1]}] ({e['source']}) | {cost_txt} | "
+                         f"{e['alpha']} [{e['alpha_range'][0]}, {e['alpha_range'][1]}] ({e['source']}{sib}) | "
+                         f"{cost_txt} | "
                          f"{e.get('learned_correction', '-')} |")
         lines.append("")
     return "\n".join(lines) + "\n"

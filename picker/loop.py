@@ -48,6 +48,7 @@ from picker.drafting import (
 from picker.plugins import Capabilities
 from picker.rollback import KVLedger
 from picker.sampling import warp
+from picker.siblings import sibling_counts
 from picker.tree import TokenTree
 from picker.verify import (
     VerifyResult,
@@ -82,6 +83,11 @@ class StepRecord:
     emitted: int
     draft_seconds: float
     verify_seconds: float
+    # With ``probe_siblings``: expected (reached, accepted) counts of sibling ranks 2.. at this
+    # step's rejection (picker.siblings), and the seconds spent computing them (not in ``seconds``).
+    sibling_reached: tuple[float, ...] = ()
+    sibling_accepted: tuple[float, ...] = ()
+    probe_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -133,8 +139,14 @@ def generate(
     eos_token_id: int | Sequence[int] | None = None,
     stop: Sequence[str] = (),
     tokenizer: Decoder | None = None,
+    probe_siblings: int = 0,
 ) -> Generation:
-    """Decode up to ``max_new_tokens`` after ``prompt``; exact for any drafter (see picker.verify)."""
+    """Decode up to ``max_new_tokens`` after ``prompt``; exact for any drafter (see picker.verify).
+
+    ``probe_siblings`` (profiling): at each rejection of a sampled chain, also record what ranks
+    2..k of a sampled tree would have accepted there (``picker.siblings``). It reads the step's
+    distributions after the step is timed, draws from its own generator, and changes no output.
+    """
     caps = capabilities or Capabilities()
     rng = np.random.default_rng(0) if rng is None else rng
     want_hidden = drafter is not None and caps.needs_hidden_states
@@ -147,6 +159,7 @@ def generate(
     if drafter is not None:
         call_reset(drafter, seq)
     start, forward_s0 = time.perf_counter(), target.forward_seconds
+    probe_rng, probe_s = np.random.default_rng(0), 0.0
     reason: StopReason | None = None
     while reason is None:
         # 1. Propose a chain or tree (nothing at prefill, when the prompt is still pending).
@@ -178,10 +191,20 @@ def generate(
         if drafter is not None and reason is None:
             call_observe(drafter, StepOutcome(draft, result.accepted_nodes, result.tokens, seq,
                                               hidden, q_logits=q_logits))
-        draft_s = t1 - t0 + time.perf_counter() - t3  # drafting = propose + observe
-        records.append(StepRecord(len(draft), result.num_accepted,
-                                  _first_rejection(draft.tree, result), len(emitted), draft_s, t2 - t1))
-    seconds = time.perf_counter() - start
+        t4 = time.perf_counter()
+        draft_s = t1 - t0 + t4 - t3  # drafting = propose + observe
+        sib: tuple[Any, Any] = ((), ())
+        if (probe_siblings > 1 and not sampling.greedy and p is not None and draft.is_chain
+                and result.num_accepted < len(draft)):
+            k = result.num_accepted  # the rejected position: q_k and p_k are both known
+            sib = sibling_counts(warp(q_logits[k], sampling.temperature, sampling.top_k, sampling.top_p),
+                                 p[k], draft.tree.tokens[k], topk=probe_siblings, rng=probe_rng)
+        probe = time.perf_counter() - t4
+        probe_s += probe
+        records.append(StepRecord(len(draft), result.num_accepted, _first_rejection(draft.tree, result),
+                                  len(emitted), draft_s, t2 - t1, tuple(map(float, sib[0])),
+                                  tuple(map(float, sib[1])), probe))
+    seconds = time.perf_counter() - start - probe_s
     stats = GenerationStats(len(records), sum(r.drafted for r in records),
                             sum(r.accepted for r in records), len(out), seconds,
                             target.forward_seconds - forward_s0)

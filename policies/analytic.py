@@ -71,16 +71,17 @@ def configs_for(caps: Capabilities, max_depth: int | None = None) -> list[Config
     return out
 
 
-def expected_length(config: Config, alpha: float) -> float:
+def expected_length(config: Config, alpha: float, siblings: tuple[float, ...] = ()) -> float:
     """E[L] (tokens per verify, bonus included) for i.i.d. per-token acceptance ``alpha``.
 
     Trees use the best ``nodes``-node tree of the given depth and top-k where the i-th ranked child
-    accepts with α(1−α)^(i−1) (``policies.theory.sibling_acceptance``): an approximation.
+    is the accepted one with α(1−α)^(i−1) (``policies.theory.sibling_acceptance``), an
+    approximation, or with the measured conditional sibling rates ``siblings`` (ranks 2..).
     """
     alpha = min(max(round(alpha, 3), 0.0), 1.0)  # rounding makes the cache effective
     if not config.is_tree:
         return chain_length(alpha, config.depth)
-    return tree_length(alpha, config.depth, config.topk, config.nodes)
+    return tree_length(alpha, config.depth, config.topk, config.nodes, tuple(round(s, 3) for s in siblings))
 
 
 def alpha_for_length(config: Config, tau: float) -> float:

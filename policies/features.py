@@ -78,6 +78,9 @@ class Evidence:
     cost: CostEvidence | None = None
     citations: tuple[str, ...] = ()
     tau: float | None = None          # measured tokens per drafting step at the profiled config
+    # Sampled trees: P(rank r accepted | ranks < r rejected), r = 2.., measured on the chain's
+    # rejections (picker.siblings); empty: the textbook model (α for every rank).
+    siblings: tuple[float, ...] = ()
 
     def at(self, alpha: float) -> Evidence:
         """The same evidence with α moved to ``alpha`` (per-position rates scaled alike)."""
@@ -136,7 +139,9 @@ def drafted_length(c: Candidate, alpha: float | None = None) -> float:
         # the zoo: tokens per step flat within ±15% over N = 1..8). The measured τ, moved with α.
         return 1.0 + (ev.tau - 1.0) * (a / ev.alpha if ev.alpha > 0 else 0.0)
     if c.is_tree or not ev.per_position:
-        return analytic_length(c.config, a)  # i.i.d. chain, or the best tree under the sibling model
+        # i.i.d. chain, or the best tree under the sibling model: measured sibling odds where the
+        # tree's siblings are sampled (T > 0), else α for every rank.
+        return analytic_length(c.config, a, ev.siblings if c.is_tree and c.temperature > 0 else ())
     scale = a / ev.alpha if ev.alpha > 0 else 0.0
     pp = ev.per_position if alpha is None else [min(1.0, p * scale) for p in ev.per_position]
     return chain_length_positions(pp, a, c.depth)
@@ -456,5 +461,6 @@ def evidence_from_cell(cell: Any, caps: Capabilities, curve: Sequence[tuple[floa
     lo, hi = (float(ci[0]), float(ci[1])) if ci else (alpha, alpha)
     pp = tuple(float(p) for p in (_get(cell, "per_position") or ()) if p is not None)
     tau = _num(cell, "tau")
+    sib = tuple(float(s) for s in (_get(cell, "sibling_accept") or ()) if s is not None)
     return Evidence(alpha, min(lo, alpha), max(hi, alpha), "measured", pp,
-                    cost_from_cell(cell, caps, curve, probe), (citation,) if citation else (), tau)
+                    cost_from_cell(cell, caps, curve, probe), (citation,) if citation else (), tau, sib)

@@ -42,13 +42,15 @@ def chain_length(alpha: float, n: int) -> float:
 
 
 @lru_cache(maxsize=65536)
-def tree_length(alpha: float, depth: int, topk: int, nodes: int) -> float:
+def tree_length(alpha: float, depth: int, topk: int, nodes: int, siblings: tuple[float, ...] = ()) -> float:
     """E[L] of the best tree: 1 + the sum of the ``nodes`` largest reach probabilities.
 
+    ``siblings``: measured conditional acceptance of ranks 2, 3, … after the earlier ranks were
+    rejected (``picker.siblings``; the last value serves deeper ranks); empty: α for every rank.
     Same greedy as :func:`policies.theory.best_tree` (a test checks they agree), kept scalar and
     free of validation because the policy calls it thousands of times per decision.
     """
-    sib = [alpha * (1.0 - alpha) ** r for r in range(topk)]
+    sib = sibling_odds(alpha, topk, siblings)
     total, taken = 1.0, 0
     # Heap of (-reach, depth, rank, parent_reach): a node's reach is parent_reach * sib[rank].
     frontier = [(-sib[0], 1, 0, 1.0)]
@@ -62,3 +64,14 @@ def tree_length(alpha: float, depth: int, topk: int, nodes: int) -> float:
         if d < depth:
             heapq.heappush(frontier, (-reach * sib[0], d + 1, 0, reach))
     return total
+
+
+def sibling_odds(alpha: float, topk: int, siblings: tuple[float, ...] = ()) -> list[float]:
+    """P(the r-th ranked child is the accepted one), r = 1..topk: rank 1 with α, rank r with the
+    conditional rate s_r once ranks 1..r−1 were rejected (``siblings``, else α: the textbook model)."""
+    out, rejected = [], 1.0
+    for r in range(topk):
+        s = alpha if r == 0 or not siblings else siblings[min(r - 1, len(siblings) - 1)]
+        out.append(rejected * s)
+        rejected *= 1.0 - s
+    return out

@@ -208,17 +208,25 @@ def best_n(
     return best
 
 
-def sibling_acceptance(alpha: float, topk: int) -> np.ndarray:
-    """Approximate acceptance of the i-th ranked child of an accepted node: α·(1 − α)^(i−1).
+def sibling_acceptance(alpha: float, topk: int, conditional: Sequence[float] = ()) -> np.ndarray:
+    """Probability that the i-th ranked child of an accepted node is the one accepted.
 
     The top-ranked draft token is accepted with α; the i-th is tried only after the first i − 1
-    are rejected and is then accepted with α again. Values sum to 1 − (1 − α)^k ≤ 1. This is a
-    modelling assumption (real second choices accept less than α), used when only α is known.
+    are rejected and is then accepted with its conditional rate: ``conditional[i - 2]`` where
+    measured (``picker.siblings``; the last value serves deeper ranks), else α again — the textbook
+    model, which overstates sampled siblings (after a rejection the residual target keeps only
+    the mass the draft under-proposed). Values sum to at most 1.
     """
     if topk < 1:
         raise ValueError("topk must be at least 1")
     _check_probabilities(np.asarray(alpha, dtype=float), "alpha")
-    return alpha * (1.0 - alpha) ** np.arange(topk)
+    s = np.full(topk, float(alpha))
+    if len(conditional):
+        c = np.asarray(conditional, dtype=float)
+        _check_probabilities(c, "conditional")
+        s[1:] = c[np.minimum(np.arange(topk - 1), len(c) - 1)]
+    rejected = np.concatenate(([1.0], np.cumprod(1.0 - s)[:-1]))
+    return s * rejected
 
 
 def best_tree(

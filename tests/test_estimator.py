@@ -331,3 +331,24 @@ def test_a_drafter_that_samples_chains_is_scored_as_the_chain_it_runs() -> None:
     assert (row("eagle3", 1.0).is_tree, row("eagle3", 1.0).nodes) == (False, 4)
     assert row("eagle3", 0.0).is_tree and row("medusa", 1.0).is_tree
     assert row("eagle3", 1.0, backend="vllm").is_tree          # another engine's costs: its own behaviour
+
+
+def test_measured_sibling_odds_shape_sampled_trees_only() -> None:
+    """A cell's sibling_accept (picker.siblings) lowers a sampled tree's E[L] to the measured odds;
+    greedy trees and chains keep their models."""
+    from policies.features import expected_length
+    from policies.scalar import tree_length
+
+    caps = Capabilities(trainable_heads=True, tree=True)
+    cell = {**_chain_cell(4, 1.0), "sibling_accept": [0.3, 0.2, 0.15]}
+    ev = evidence_from_cell(cell, caps)
+    assert ev.siblings == (0.3, 0.2, 0.15)
+    plain_ev = evidence_from_cell(_chain_cell(4, 1.0), caps)
+
+    def length(e: Evidence, t: float, topk: int = 4, tokens: int = 12) -> float:
+        return expected_length(Candidate(caps, 4, topk, tokens, t, evidence=e))
+
+    assert length(ev, 1.0) == pytest.approx(tree_length(0.6, 4, 4, 11, (0.3, 0.2, 0.15)), abs=2e-3)
+    assert length(ev, 1.0) < length(plain_ev, 1.0) - 0.3          # textbook siblings: α every rank
+    assert length(ev, 0.0) == length(plain_ev, 0.0)               # greedy top-k: not what was measured
+    assert length(ev, 1.0, topk=1, tokens=5) == length(plain_ev, 1.0, topk=1, tokens=5)  # a chain

@@ -164,3 +164,27 @@ def test_observe_sees_committed_tokens_and_target_logits() -> None:
     assert seen and all(o.q_logits is not None and o.q_logits.shape == (len(o.draft) + 1, 64) for o in seen)
     last = seen[-1]
     assert list(last.tokens[len(PROMPT):]) == out.tokens[: len(last.tokens) - len(PROMPT)]
+
+
+def test_sibling_probe_measures_sampled_rejections_without_changing_the_output() -> None:
+    from strategies.vanilla.drafter import make_drafter
+
+    target = tiny_backend(6, scale=8.0)  # sharp enough that the two models disagree
+    s = SamplingParams(temperature=1.0)
+
+    def run(probe: int, seed: int = 3) -> Any:
+        drafter = make_drafter(target_backend=target, draft_backend=tiny_backend(7, scale=8.0), num_draft_tokens=3)
+        return generate(target, PROMPT, drafter, Capabilities(needs_draft_model=True), sampling=s,
+                        max_new_tokens=32, rng=np.random.default_rng(seed), probe_siblings=probe)
+
+    plain, probed = run(0), run(4)
+    assert probed.tokens == plain.tokens  # its own generator: the generation's draws are untouched
+    rejected = [r for r in probed.records if r.drafted and r.accepted < r.drafted]
+    assert rejected and all(len(r.sibling_reached) == 3 and r.sibling_reached[0] == 1.0 for r in rejected)
+    assert all(0.0 <= a <= n for r in rejected for a, n in zip(r.sibling_accepted, r.sibling_reached))
+    assert not any(r.sibling_reached for r in probed.records if r not in rejected)
+    assert not any(r.sibling_reached for r in plain.records)
+    greedy = generate(target, PROMPT, make_drafter(target_backend=target, draft_backend=tiny_backend(7, scale=8.0),
+                                                   num_draft_tokens=3), Capabilities(needs_draft_model=True),
+                      max_new_tokens=16, probe_siblings=4)
+    assert not any(r.sibling_reached for r in greedy.records)  # top-k siblings at T = 0 are not sampled

@@ -79,6 +79,10 @@ class Record:
     pos_reached: tuple[int, ...] = ()
     pos_accepted: tuple[int, ...] = ()
     accept_hist: tuple[int, ...] = ()
+    # Expected counts of sibling ranks 2.. reached / accepted at sampled rejections (picker.siblings);
+    # empty where not probed (greedy, deterministic drafts, engines).
+    sib_reached: tuple[float, ...] = ()
+    sib_accepted: tuple[float, ...] = ()
     draft_s: float = 0.0
     verify_s: float = 0.0
     wall_s: float = 0.0
@@ -95,7 +99,7 @@ class Record:
         data = dict(data)
         data.pop("v", None)
         cell = CellKey(**data.pop("cell"))
-        for name in ("prompt_ids", "pos_reached", "pos_accepted", "accept_hist"):
+        for name in ("prompt_ids", "pos_reached", "pos_accepted", "accept_hist", "sib_reached", "sib_accepted"):
             data[name] = tuple(data.get(name, ()))
         return cls(cell=cell, **data)
 

@@ -62,6 +62,8 @@ class CellStats:
     alpha_iid_ci: tuple[float, float] | None
     per_position: list[float | None]
     per_position_n: list[int]
+    sibling_accept: list[float | None]  # conditional acceptance of sibling ranks 2.. (picker.siblings)
+    sibling_reached: list[float]        # expected rejections that reached each of those ranks
     tau: float | None
     tokens_per_forward: float | None
     cost_ratio: float | None
@@ -133,6 +135,15 @@ def _positions(records: Sequence[Record]) -> tuple[np.ndarray, np.ndarray]:
     return reached, acc
 
 
+def _siblings(records: Sequence[Record]) -> tuple[np.ndarray, np.ndarray]:
+    depth = max((len(r.sib_reached) for r in records), default=0)
+    reached, acc = np.zeros(depth), np.zeros(depth)
+    for r in records:
+        reached[: len(r.sib_reached)] += np.asarray(r.sib_reached, dtype=float)
+        acc[: len(r.sib_accepted)] += np.asarray(r.sib_accepted, dtype=float)
+    return reached, acc
+
+
 def cell_stats(records: Sequence[Record], seed_key: str = "") -> CellStats:
     """Aggregate one cell's records; intervals are reproducible for a given ``seed_key``."""
     units = _units(records)
@@ -159,6 +170,7 @@ def cell_stats(records: Sequence[Record], seed_key: str = "") -> CellStats:
         ci_iid = wilson(int(sums[:, 2].sum()), int(sums[:, 3].sum())) if sums[:, 3].sum() else None
         method = "wilson-tokens"
     reached, acc = _positions(records)
+    sib_reached, sib_acc = _siblings(records)
     per_s = _div(draft_s, drafted)
     ver_s = _div(verify_s, steps)
     return CellStats(
@@ -168,6 +180,8 @@ def cell_stats(records: Sequence[Record], seed_key: str = "") -> CellStats:
         alpha_iid=_div(float(acc.sum()), float(reached.sum())), alpha_iid_ci=ci_iid,
         per_position=[_div(int(a), int(n)) for a, n in zip(acc, reached)],
         per_position_n=[int(n) for n in reached],
+        sibling_accept=[_div(float(a), float(n)) for a, n in zip(sib_acc, sib_reached)],
+        sibling_reached=[float(n) for n in sib_reached],
         tau=(1 + accepted / draft_steps) if draft_steps else None,
         tokens_per_forward=_div(tokens, forwards),
         cost_ratio=(per_s / ver_s) if per_s is not None and ver_s else None,

@@ -37,6 +37,9 @@ CONVENTIONS = {
     "tau": "tokens per verify step that carried drafts, bonus included: 1 + accepted / draft_steps",
     "decode_steps": "target forwards after the prefill (vllm, llamacpp: from tokens - accepted; vllm: a lower bound)",
     "tau_by_depth": "predicted tau had the chain stopped at depth 1..N, from per_position",
+    "sibling_accept": "P(sibling rank r accepted | ranks < r rejected), r = 2.., for a tree whose siblings "
+                      "are sampled without replacement; computed at the sampled chain's rejections "
+                      "(tree-capable drafters, reference backend); sibling_reached: expected rejections behind each",
     "tokens_per_forward": "new tokens / target forwards (prefill and steps without drafts included)",
     "cost_ratio": "c = (draft seconds per draft token) / (verify seconds per verify step)",
     "speedup_vs_plain": "tokens/s over tokens/s of plain decoding, both on the prompts both ran, batch 1",
@@ -96,6 +99,9 @@ def _cell_entry(key: CellKey, records: Sequence[Record], stats: CellStats, plain
         "per_position": [_r(p) for p in _reached(stats.per_position)] or None,
         "per_position_n": stats.per_position_n[: len(_reached(stats.per_position))] or None,
         "tau": _r(stats.tau), "tau_by_depth": tau_by_depth(stats.per_position) or None,
+        # Sampled chains of tree-capable drafters: what a tree's later siblings accept after a rejection.
+        "sibling_accept": [_r(s) for s in _reached(stats.sibling_accept)] or None,
+        "sibling_reached": [_r(n, 2) for n in stats.sibling_reached[: len(_reached(stats.sibling_accept))]] or None,
         "tokens_per_forward": _r(stats.tokens_per_forward),
         "cost_ratio": _r(stats.cost_ratio), "draft_s_per_token": _r(stats.draft_s_per_token, 9),
         "verify_s_per_step": _r(stats.verify_s_per_step, 9),

@@ -33,13 +33,19 @@ from picker.profiler.source import DraftConfig, GenParams
 from picker.runtime import build_drafter, encode, eos_token_ids, load_tokenizer
 from picker.tasks import Prompt, render_turn
 
+# Sibling ranks the probe measures at sampled rejections (2..8): covers the trees' top-k up to 8
+# (policies.analytic.TREE_TOPKS).
+SIBLING_RANKS = 8
+
 
 def step_counters(steps: Sequence[Any]) -> dict[str, Any]:
     """Sum the loop's per-step records (``picker.loop.StepRecord``) into record counters."""
     reached: list[int] = []
     acc: list[int] = []
+    sib_reached: list[float] = []
+    sib_acc: list[float] = []
     out = {"forwards": len(steps), "steps": 0, "draft_steps": 0, "drafted": 0, "accepted": 0,
-           "draft_s": 0.0, "verify_s": 0.0}
+           "draft_s": 0.0, "verify_s": 0.0, "probe_s": 0.0}
     for i, s in enumerate(steps):
         if i == 0:
             continue  # the prefill: no draft, and its forward is no verify
@@ -49,6 +55,13 @@ def step_counters(steps: Sequence[Any]) -> dict[str, Any]:
         out["accepted"] += s.accepted
         out["draft_s"] += s.draft_seconds
         out["verify_s"] += s.verify_seconds
+        out["probe_s"] += getattr(s, "probe_seconds", 0.0)
+        for k, (n, a) in enumerate(zip(getattr(s, "sibling_reached", ()), getattr(s, "sibling_accepted", ()))):
+            if k == len(sib_reached):
+                sib_reached.append(0.0)
+                sib_acc.append(0.0)
+            sib_reached[k] += n
+            sib_acc[k] += a
         examined = s.accepted + (1 if s.first_rejection is not None else 0)
         while len(reached) < examined:
             reached.append(0)
@@ -56,7 +69,7 @@ def step_counters(steps: Sequence[Any]) -> dict[str, Any]:
         for k in range(examined):
             reached[k] += 1
             acc[k] += 1 if k < s.accepted else 0
-    return {**out, "pos_reached": reached, "pos_accepted": acc}
+    return {**out, "pos_reached": reached, "pos_accepted": acc, "sib_reached": sib_reached, "sib_accepted": sib_acc}
 
 
 class TorchSource:
@@ -137,16 +150,19 @@ class TorchSource:
             ids = self._encode(render_turn(prompt, turn, history), params.max_new_tokens, cell.num_draft_tokens)
             gen = generate(self.target, ids, drafter, caps, sampling=SamplingParams(temperature=cell.temperature),
                            max_new_tokens=params.max_new_tokens, max_draft=max_draft,
-                           rng=rng, eos_token_id=self.eos, tokenizer=self.tokenizer)
+                           rng=rng, eos_token_id=self.eos, tokenizer=self.tokenizer,
+                           probe_siblings=SIBLING_RANKS if caps is not None and caps.tree else 0)
             history.append(gen.text or "")
             tokens += len(gen.tokens)
             turns_counters.append(step_counters(gen.records))
-        wall = time.perf_counter() - start
         c = _sum(turns_counters)
+        wall = time.perf_counter() - start - c["probe_s"]  # the sibling probe is not decoding time
         return Record(cell=cell, prompt_ids=(prompt.id,), tokens=tokens, forwards=c["forwards"], steps=c["steps"],
                       draft_steps=c["draft_steps"], drafted=c["drafted"], accepted=c["accepted"],
                       pos_reached=tuple(c["pos_reached"]),
                       pos_accepted=tuple(c["pos_accepted"]), draft_s=c["draft_s"], verify_s=c["verify_s"],
+                      sib_reached=tuple(round(x, 6) for x in c["sib_reached"]),
+                      sib_accepted=tuple(round(x, 6) for x in c["sib_accepted"]),
                       wall_s=wall, source="torch-loop", extra={"turns": len(prompt.turns)})
 
     def _encode(self, text: str, max_new: int, n_draft: int) -> list[int]:
