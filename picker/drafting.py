@@ -66,7 +66,8 @@ class DraftContext:
     prefill n is the prompt length. ``hidden[layer_index]`` is the same for the decoder layers the
     drafter lists in ``hidden_layers`` (EAGLE-3 fuses low/mid/high layers). The tensors come from
     ``torch.inference_mode``: clone them before using them in autograd. ``max_draft`` caps how
-    many draft nodes the loop will verify this step.
+    many draft nodes the loop will verify this step. ``want_scores``: the loop is profiling a
+    greedy chain and would like ``Draft.scores`` (optional; drafters that rank tokens send them).
     """
 
     tokens: Sequence[int]
@@ -75,6 +76,7 @@ class DraftContext:
     rng: np.random.Generator
     max_draft: int
     hidden: dict[Any, Any] | None = None
+    want_scores: bool = False
 
 
 @dataclass(frozen=True)
@@ -84,12 +86,16 @@ class Draft:
     ``p`` holds, per node, the draft distribution the node's token was drawn from (already warped
     with the step's sampling params), shape ``(M, V)``; ``None`` means deterministic proposals
     (n-gram, lookahead, top-k children), which the verifier treats as one-hot. ``siblings`` says how
-    sibling nodes were drawn (see ``picker.verify``).
+    sibling nodes were drawn (see ``picker.verify``). ``scores``: optionally, per node, the scores
+    over the vocabulary the drafter ranked that node's token by (shape ``(M, V)``, any monotone
+    transform of its probabilities), sent when ``DraftContext.want_scores``; the verifier never
+    reads them, the profiler's sibling probe does (``picker.siblings``).
     """
 
     tree: TokenTree
     p: np.ndarray | None = None
     siblings: SiblingRegime = "iid"
+    scores: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.tree)

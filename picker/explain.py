@@ -71,7 +71,7 @@ def _evidence(scorer: Scorer, opt: Option, tb: list[Bucket]) -> dict[str, Any]:
                            "source": ev.source, "at_temperature": b.temperature, "at_batch": b.batch}
     if ev.per_position:
         out["per_position"] = [round(p, 3) for p in ev.per_position]
-    if ev.siblings and cand.is_tree and b.temperature > 0:
+    if ev.siblings and cand.is_tree:
         out["sibling_accept"] = [round(x, 3) for x in ev.siblings]  # measured, used for this tree
     if ev.cost is not None:
         out["cost"] = {"source": "measured", "draft_unit": round(ev.cost.draft_unit, 4),

@@ -48,7 +48,7 @@ from picker.drafting import (
 from picker.plugins import Capabilities
 from picker.rollback import KVLedger
 from picker.sampling import warp
-from picker.siblings import sibling_counts
+from picker.siblings import greedy_sibling_counts, sibling_counts
 from picker.tree import TokenTree
 from picker.verify import (
     VerifyResult,
@@ -143,8 +143,9 @@ def generate(
 ) -> Generation:
     """Decode up to ``max_new_tokens`` after ``prompt``; exact for any drafter (see picker.verify).
 
-    ``probe_siblings`` (profiling): at each rejection of a sampled chain, also record what ranks
-    2..k of a sampled tree would have accepted there (``picker.siblings``). It reads the step's
+    ``probe_siblings`` (profiling): at each rejection of a chain, also record what ranks 2..k of a
+    tree would have accepted there (``picker.siblings``): a sampled tree's when sampling (the draft
+    sent ``p``), a greedy top-k tree's at T = 0 (the draft sent ``scores``). It reads the step's
     distributions after the step is timed, draws from its own generator, and changes no output.
     """
     caps = capabilities or Capabilities()
@@ -166,7 +167,8 @@ def generate(
         t0 = time.perf_counter()
         draft = EMPTY_DRAFT
         if drafter is not None and ledger.cache_len > 0:
-            draft = drafter.propose(DraftContext(seq, len(prompt), sampling, rng, max_draft, hidden))
+            draft = drafter.propose(DraftContext(seq, len(prompt), sampling, rng, max_draft, hidden,
+                                                 want_scores=probe_siblings > 1 and sampling.greedy))
         t1 = time.perf_counter()
         # 2. One target forward: the pending token(s), then the draft with tree attention.
         plan = ledger.forward(draft.tree)
@@ -193,12 +195,15 @@ def generate(
                                               hidden, q_logits=q_logits))
         t4 = time.perf_counter()
         draft_s = t1 - t0 + t4 - t3  # drafting = propose + observe
-        sib: tuple[Any, Any] = ((), ())
-        if (probe_siblings > 1 and not sampling.greedy and p is not None and draft.is_chain
-                and result.num_accepted < len(draft)):
-            k = result.num_accepted  # the rejected position: q_k and p_k are both known
-            sib = sibling_counts(warp(q_logits[k], sampling.temperature, sampling.top_k, sampling.top_p),
-                                 p[k], draft.tree.tokens[k], topk=probe_siblings, rng=probe_rng)
+        sib: Any = ((), ())
+        if probe_siblings > 1 and draft.is_chain and result.num_accepted < len(draft):
+            k = result.num_accepted  # the rejected position: q_k and the draft's ranking are known
+            if sampling.greedy and draft.scores is not None:
+                sib = greedy_sibling_counts(draft.scores[k], int(np.argmax(q_logits[k])), draft.tree.tokens[k],
+                                            topk=probe_siblings) or ((), ())
+            elif not sampling.greedy and p is not None:
+                sib = sibling_counts(warp(q_logits[k], sampling.temperature, sampling.top_k, sampling.top_p),
+                                     p[k], draft.tree.tokens[k], topk=probe_siblings, rng=probe_rng)
         probe = time.perf_counter() - t4
         probe_s += probe
         records.append(StepRecord(len(draft), result.num_accepted, _first_rejection(draft.tree, result),

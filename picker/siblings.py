@@ -9,7 +9,12 @@ likely to draw from. This module measures ``s_k`` from the rejections a chain ru
 extra target forward: at a rejected position i both distributions are known (``q_i`` the target,
 ``p_i`` the draft, ``d`` the rejected token), so the later siblings' odds can be computed.
 
-Regime: siblings drawn one after another *without replacement* from ``p_i`` (Gumbel-top-k), the
+Greedy (T = 0): a tree's children are the drafter's top-k tokens and the verifier accepts the one
+equal to the target's argmax, so rank r is accepted exactly when the target's token is the drafter's
+r-th choice: :func:`greedy_sibling_counts` reads that rank from the drafter's scores at the
+rejected position (``Draft.scores``, sent when the loop asks for them).
+
+Sampling: siblings drawn one after another *without replacement* from ``p_i`` (Gumbel-top-k), the
 regime ``picker.verify`` calls ``"without_replacement"`` and Medusa's sampled trees use. Rank 2 is
 exact, ``Σ_y min(p₂(y), r₁(y))``; ranks ≥ 3 depend on which tokens ranks 2.. drew, so one draw per
 rank from a generator of their own (never the generation's) gives an unbiased estimate of the
@@ -29,7 +34,7 @@ import numpy as np
 
 from picker.sampling import FloatArray
 
-__all__ = ["sibling_counts"]
+__all__ = ["greedy_sibling_counts", "sibling_counts"]
 
 
 def sibling_counts(q: FloatArray, p: FloatArray, d: int, *, topk: int,
@@ -71,3 +76,28 @@ def _residual(q: FloatArray, p: FloatArray) -> FloatArray:
     w = np.maximum(q - p, 0.0)
     total = w.sum()
     return w / total if total > 0.0 else q
+
+
+def greedy_sibling_counts(scores: FloatArray, target: int, drafted: int, *,
+                          topk: int) -> tuple[FloatArray, FloatArray] | None:
+    """(reached, accepted) of ranks 2..``topk`` of a greedy top-k tree at a rejected position.
+
+    ``scores``: the drafter's scores over the vocabulary there (any monotone transform of its
+    probabilities; ties rank the lower id first); ``target``: the target's argmax; ``drafted``: the
+    rejected token. Rank r is reached when the target's token is not among ranks 1..r-1 and accepted
+    when it is rank r. None when ``drafted`` is not the drafter's own first choice (then its ranking
+    does not describe what its tree would hold).
+
+        >>> greedy_sibling_counts(np.array([0.1, 0.5, 0.3, 0.1]), target=2, drafted=1, topk=4)
+        (array([1., 0., 0.]), array([1., 0., 0.]))
+    """
+    s = np.asarray(scores, dtype=float)
+
+    def rank(token: int) -> int:
+        return int((s > s[token]).sum() + (s[:token] == s[token]).sum())
+
+    if rank(drafted) != 0 or target == drafted:
+        return None
+    r = rank(target)  # 0-based; >= 1 here
+    ranks = np.arange(1, topk)  # 0-based ranks of siblings 2..topk
+    return (r >= ranks).astype(float), (r == ranks).astype(float)

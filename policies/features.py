@@ -78,8 +78,9 @@ class Evidence:
     cost: CostEvidence | None = None
     citations: tuple[str, ...] = ()
     tau: float | None = None          # measured tokens per drafting step at the profiled config
-    # Sampled trees: P(rank r accepted | ranks < r rejected), r = 2.., measured on the chain's
-    # rejections (picker.siblings); empty: the textbook model (α for every rank).
+    # Trees: P(rank r accepted | ranks < r rejected), r = 2.., measured on the chain's rejections
+    # (picker.siblings: greedy top-k siblings at T = 0, sampled ones at T > 0); empty: the textbook
+    # model (α for every rank).
     siblings: tuple[float, ...] = ()
 
     def at(self, alpha: float) -> Evidence:
@@ -140,8 +141,8 @@ def drafted_length(c: Candidate, alpha: float | None = None) -> float:
         return 1.0 + (ev.tau - 1.0) * (a / ev.alpha if ev.alpha > 0 else 0.0)
     if c.is_tree or not ev.per_position:
         # i.i.d. chain, or the best tree under the sibling model: measured sibling odds where the
-        # tree's siblings are sampled (T > 0), else α for every rank.
-        return analytic_length(c.config, a, ev.siblings if c.is_tree and c.temperature > 0 else ())
+        # profile has them, else α for every rank.
+        return analytic_length(c.config, a, ev.siblings if c.is_tree else ())
     scale = a / ev.alpha if ev.alpha > 0 else 0.0
     pp = ev.per_position if alpha is None else [min(1.0, p * scale) for p in ev.per_position]
     return chain_length_positions(pp, a, c.depth)
@@ -450,6 +451,28 @@ def anchored_curve(curve: Sequence[tuple[float, float]] | None, m: float, v_m: f
     return tuple((x, 1.0 + scale * (y - 1.0)) for x, y in curve)
 
 
+# Pseudo-rejections at the textbook value α behind each measured sibling rate: a greedy chain with
+# α near 1 is rejected a handful of times in a cheap profile, and one rejection is no rate.
+SIBLING_PRIOR_WEIGHT = 2.0
+
+
+def sibling_rates(rates: Sequence[float | None], reached: Sequence[float], alpha: float) -> tuple[float, ...]:
+    """Measured conditional sibling rates (ranks 2..), each shrunk towards α by its evidence:
+    (s·n + w·α) / (n + w), ``w`` = :data:`SIBLING_PRIOR_WEIGHT`; n unknown (hand-written): as given.
+
+        >>> sibling_rates([0.25, 1.0], [40.0, 1.0], 0.9)
+        (0.281, 0.9333)
+    """
+    out = []
+    for i, s in enumerate(rates):
+        if s is None:
+            break
+        n = float(reached[i]) if i < len(reached) else None
+        out.append(round(float(s) if n is None else (float(s) * n + SIBLING_PRIOR_WEIGHT * alpha)
+                         / (n + SIBLING_PRIOR_WEIGHT), 4))
+    return tuple(out)
+
+
 def evidence_from_cell(cell: Any, caps: Capabilities, curve: Sequence[tuple[float, float]] | None = None,
                        citation: str = "", probe: Any = None) -> Evidence:
     """Measured evidence from one chain cell: α (accepted / examined positions), its interval,
@@ -461,6 +484,6 @@ def evidence_from_cell(cell: Any, caps: Capabilities, curve: Sequence[tuple[floa
     lo, hi = (float(ci[0]), float(ci[1])) if ci else (alpha, alpha)
     pp = tuple(float(p) for p in (_get(cell, "per_position") or ()) if p is not None)
     tau = _num(cell, "tau")
-    sib = tuple(float(s) for s in (_get(cell, "sibling_accept") or ()) if s is not None)
+    sib = sibling_rates(_get(cell, "sibling_accept") or (), _get(cell, "sibling_reached") or (), alpha)
     return Evidence(alpha, min(lo, alpha), max(hi, alpha), "measured", pp,
                     cost_from_cell(cell, caps, curve, probe), (citation,) if citation else (), tau, sib)

@@ -191,6 +191,45 @@ def test_sampling_through_the_loop_is_seeded(toy: dict[str, Any]) -> None:
     assert_sampling_is_seeded(toy, make_drafter, PLUGIN.capabilities)
 
 
+def test_greedy_chain_sends_the_scores_that_ranked_it_only_when_asked(toy: dict[str, Any]) -> None:
+    """With ``want_scores`` a top-1 chain carries one logits row per node whose argmax is the node's
+    token (what the sibling probe ranks the target's token in); the profiled loop's output is
+    plain greedy's, and its rejections carry sibling counts."""
+    from picker.backend import TorchBackend
+    from picker.loop import generate
+
+    drafts: list[Any] = []
+
+    class Recording:
+        def __init__(self, inner: Eagle3Drafter) -> None:
+            self.inner, self.hidden_layers = inner, inner.hidden_layers
+
+        def reset(self, prompt_ids: Any) -> None:
+            self.inner.reset(prompt_ids)
+
+        def propose(self, ctx: DraftContext) -> Any:
+            drafts.append((ctx.want_scores, self.inner.propose(ctx)))
+            return drafts[-1][1]
+
+        def observe(self, step: StepOutcome) -> None:
+            self.inner.observe(step)
+
+    be, caps = TorchBackend(toy["target"]), PLUGIN.capabilities
+    prompt = toy["docs"][31][:8]
+    plain = generate(be, prompt, None, max_new_tokens=30)
+    drafter = Recording(make_drafter(target_backend=toy["target"], artifact=toy["root"] / "untrained",
+                                     topk=1, depth=4, num_draft_tokens=5))
+    out = generate(be, prompt, drafter, caps, max_new_tokens=30, probe_siblings=4)
+    assert out.tokens == plain.tokens
+    sent = [d for want, d in drafts if want and len(d)]
+    assert sent and all(d.scores is not None and d.scores.shape[0] == len(d) and
+                        d.scores.argmax(-1).tolist() == list(d.tree.tokens) for d in sent)
+    assert any(r.sibling_reached for r in out.records)  # an untrained head is rejected often
+    drafts.clear()
+    generate(be, prompt, drafter, caps, max_new_tokens=10)
+    assert all(not want and d.scores is None for want, d in drafts)
+
+
 def test_training_time_test_helps_beyond_depth_one(toy: dict[str, Any]) -> None:
     """Trained on target features only (1 step), the head drifts once it reads its own output."""
     without = train_heads(toy["target"], toy["data"], None, steps=60, seed=0, ttt_steps=1,

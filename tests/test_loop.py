@@ -187,4 +187,4 @@ def test_sibling_probe_measures_sampled_rejections_without_changing_the_output()
     greedy = generate(target, PROMPT, make_drafter(target_backend=target, draft_backend=tiny_backend(7, scale=8.0),
                                                    num_draft_tokens=3), Capabilities(needs_draft_model=True),
                       max_new_tokens=16, probe_siblings=4)
-    assert not any(r.sibling_reached for r in greedy.records)  # top-k siblings at T = 0 are not sampled
+    assert not any(r.sibling_reached for r in greedy.records)  # at T = 0 only drafters that send scores

@@ -127,7 +127,7 @@ class Eagle3Drafter:
             return self._sampled_chain(min(self.depth, budget), sampling, ctx.rng)
         # Scores estimate acceptance: calibrated argmax confidence at T = 0, p_T(d) at T > 0.
         t = self.head.config.greedy_temperature if sampling.greedy else sampling.temperature
-        return self._grow(budget, 1.0 / t)
+        return self._grow(budget, 1.0 / t, ctx.want_scores and self.topk == 1)
 
     @torch.inference_mode()
     def _sampled_chain(self, n: int, sampling: SamplingParams, rng: np.random.Generator) -> Draft:
@@ -149,12 +149,15 @@ class Eagle3Drafter:
         return Draft(tree=TokenTree.from_chain(chain.tokens), p=np.stack(rows))
 
     @torch.inference_mode()
-    def _grow(self, budget: int, inv_t: float) -> Draft:
-        """Expand the best ``topk`` nodes per depth, then keep the ``budget`` best-scoring nodes."""
+    def _grow(self, budget: int, inv_t: float, want_scores: bool = False) -> Draft:
+        """Expand the best ``topk`` nodes per depth, then keep the ``budget`` best-scoring nodes.
+
+        ``want_scores`` (a chain, top-k 1): also send each depth's logits, which ranked its token."""
         assert self.past is not None and self.root is not None
         k, base = self.topk, self.next_pos - 1  # base: position of the root entry
         tree = _Growth()
-        tokens, logps = self._top(self.root, inv_t)
+        rows: list[np.ndarray] | None = [] if want_scores else None
+        tokens, logps = self._top(self.root, inv_t, rows)
         frontier = tree.add_children(-1, tokens[0], logps[0], depth=1)
         for depth in range(2, self.depth + 1):
             expand = sorted(frontier, key=lambda n: -tree.scores[n])[:k]
@@ -165,15 +168,23 @@ class Eagle3Drafter:
             g, kv = self.head.step(feature, self.target.embed(ids), pos,
                                    tree.mask(expand, self.past[0].shape[2]), tree.past(self.past))
             tree.add_entries(expand, g, kv)
-            tokens, logps = self._top(g, inv_t)
+            tokens, logps = self._top(g, inv_t, rows)
             frontier = []
             for i, n in enumerate(expand):
                 frontier += tree.add_children(n, tokens[i], logps[i], depth)
-        return Draft(tree=tree.best(budget), p=None)
+        best = tree.best(budget)
+        # A chain keeps its first len(best) depths (scores fall along it), one logits row each.
+        scores = np.stack(rows[: len(best)]) if rows else None
+        return Draft(tree=best, p=None, scores=scores)
 
-    def _top(self, g: torch.Tensor, inv_t: float) -> tuple[list[list[int]], list[list[float]]]:
-        """Per row of ``g`` (1, R, H): the ``topk`` tokens and their log draft probabilities."""
-        top = torch.log_softmax(self.target.logits(g)[0] * inv_t, dim=-1).topk(self.topk, dim=-1)
+    def _top(self, g: torch.Tensor, inv_t: float,
+             rows: list[np.ndarray] | None = None) -> tuple[list[list[int]], list[list[float]]]:
+        """Per row of ``g`` (1, R, H): the ``topk`` tokens and their log draft probabilities
+        (``rows``: also collect the full logits of the first row, for the sibling probe)."""
+        logits = self.target.logits(g)[0]
+        if rows is not None:
+            rows.append(logits[0].float().numpy())
+        top = torch.log_softmax(logits * inv_t, dim=-1).topk(self.topk, dim=-1)
         return top.indices.tolist(), top.values.tolist()
 
 

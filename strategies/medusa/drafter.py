@@ -79,7 +79,9 @@ class MedusaDrafter:
         if self.sample_drafts and not ctx.sampling.greedy:
             return sampled_tree(shape, logits.double().numpy(), ctx.sampling, ctx.rng)
         candidates = logits.topk(width, dim=-1).indices.tolist()        # ranks per head
-        return Draft(tree=TokenTree.from_choices(used, candidates), p=None)
+        # Profiling asks for the ranking: node c (a path of length d) was ranked by head d.
+        scores = logits[[len(c) - 1 for c in used]].float().numpy() if ctx.want_scores else None
+        return Draft(tree=TokenTree.from_choices(used, candidates), p=None, scores=scores)
 
 
 def sampled_tree(shape: TokenTree, logits: np.ndarray, sampling: SamplingParams,
