@@ -1,13 +1,15 @@
-"""Tokens per step of sampled trees: the sweep's measurement against the tree model, timing-free.
+"""Tokens per step of trees: the sweep's measurement against the tree model, timing-free.
 
-For every tree cell of a sweep at temperature > 0 whose strategy samples its trees (declared
-``Capabilities.sampled_tree``), compare the measured tokens per decode step with the tree model fed
-by the policy's cheap profile (the chain cell of that strategy, task and temperature): once with the
-textbook sibling model (every rank accepts with α) and once with the sibling odds the profiler
-measured on the chain's rejections (``picker.siblings``). Tokens per step carry no timing noise, so
-this isolates the acceptance model from the step costs.
+For every tree cell of a sweep that runs as a tree (greedy top-k trees at T = 0; at T > 0 only
+strategies that declare ``Capabilities.sampled_tree``), compare the measured tokens per decode step
+with the tree model fed by the policy's cheap profile (the chain cell of that strategy, task and
+temperature): once with the textbook sibling model (every rank accepts with α) and once with the
+sibling odds the profiler measured on the chain's rejections (``picker.siblings``, shrunk as the
+policy shrinks them). Tokens per step carry no timing noise, so this isolates the acceptance model
+from the step costs.
 
-    python -m bench.regret.trees --sweep runs/sweep-a --sweep runs/sweep-b --profile runs/profile-s2b
+    python -m bench.regret.trees --sweep runs/sweep-a --sweep runs/sweep-b \
+        --profile runs/profile-s3a-paired --profile runs/profile-s3b-paired
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from picker.measurements import Measurements
 from picker.plugins import load_strategies
 from picker.profiler.summary import build_summary
 from picker.sweep import parse_tree_label
+from policies.features import sibling_rates
 from policies.scalar import tree_length
 
 
@@ -32,12 +35,10 @@ def rows(sweeps: list[Path], profiles: list[Path]) -> list[dict]:
         cells += Measurements.model_validate_json((folder / "summary.json").read_text()).cells
     out = []
     for (task, temperature), w in sorted(data.workloads.items()):
-        if temperature <= 0:
-            continue
         summary = build_summary(w.records, {}, {})
         for c in summary["cells"]:
             plugin = plugins.get(c["strategy"])
-            if c["tree"] is None or plugin is None or not plugin.capabilities.sampled_tree:
+            if c["tree"] is None or plugin is None or (temperature > 0 and not plugin.capabilities.sampled_tree):
                 continue
             chain = [x for x in cells if x.strategy == c["strategy"] and x.task == task
                      and x.temperature == temperature and x.tree is None]
@@ -48,7 +49,7 @@ def rows(sweeps: list[Path], profiles: list[Path]) -> list[dict]:
             depth, topk, tokens = parse_tree_label(c["tree"])
             measured = (c["tokens"] - c["samples"]) / c["decode_steps"]  # the prefill emits one token
             textbook = tree_length(alpha, depth, topk, tokens - 1)
-            sib = tuple(ev.sibling_accept or ())
+            sib = sibling_rates(ev.sibling_accept or (), ev.sibling_reached or (), alpha)
             out.append({"workload": f"{task}@T={temperature:g}", "strategy": c["strategy"],
                         "tree": f"({depth},{topk},{tokens})", "measured": measured, "textbook": textbook,
                         "siblings": tree_length(alpha, depth, topk, tokens - 1, sib) if sib else None,
