@@ -249,9 +249,11 @@ def live_step_ratio(cell: Any) -> tuple[float, float] | None:
     tokens, samples, tau = _num(cell, "tokens"), _num(cell, "samples"), _num(cell, "tau")
     if not (n and s and tokens and samples and tau):
         return None
-    steps = _num(cell, "decode_steps")
-    per_step = (tokens - samples) / steps if steps else tau  # drafting and non-drafting steps alike
-    out = tokens / samples
+    steps, forwards = _num(cell, "decode_steps"), _num(cell, "target_forwards")
+    # Requests: one prefill forward each (a live sample is a wave of requests, a prompt has turns).
+    requests = forwards - steps if forwards and steps and forwards > steps else samples
+    per_step = (tokens - requests) / steps if steps else tau  # drafting and non-drafting steps alike
+    out = tokens / requests
     return n, (out - 1.0) / (steps_per_generation(max(per_step, 1.0), out) * s)
 
 

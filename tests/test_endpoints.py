@@ -251,3 +251,34 @@ def test_vllm_needs_the_strategy_named(tmp_path: Path) -> None:
     with _vllm_with(GOOD_METRICS, lambda body: as_json({})) as server:
         result = profile(server.url, tmp_path, "--tasks", "math", backend="vllm")
     assert result.exit_code == 2 and "--strategies" in result.stderr
+
+
+def test_plain_url_is_for_vllm_and_must_answer(tmp_path: Path) -> None:
+    """``--plain-url`` times plain decoding on a second vLLM server: refused for other backends, and a
+    plain server that does not answer ends in one line naming it."""
+    with SGLangDouble(rates=[0.5], steps=1) as server:
+        result = profile(server.url, tmp_path, "--plain-url", server.url, "--tasks", "math")
+    assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert "--plain-url is for --backend vllm" in result.stderr
+    port = _closed_port()
+    with _vllm_with(GOOD_METRICS, lambda body: as_json({})) as server:
+        result = profile(server.url, tmp_path / "v", "--strategies", "ngram", "--tasks", "math",
+                         "--plain-url", f"http://127.0.0.1:{port}", backend="vllm")
+    _one_error_line(result, f":{port}/v1/models", "connection refused")
+
+
+def test_plain_url_baseline_reaches_the_summary(tmp_path: Path) -> None:
+    """Loopback stand-ins in vLLM's documented formats (``/v1/models``, ``/v1/completions``,
+    ``/metrics``): the plain server's waves become the baseline of ``speedup_vs_plain``; a source
+    without step timings reports no step-cost ratios (the real-server run: tests/engines)."""
+    reply = as_json({"choices": [{"text": " x" * 8}], "usage": {"completion_tokens": 8}})
+    with _vllm_with(GOOD_METRICS, lambda body: reply) as spec, \
+            _vllm_with("", lambda body: reply) as plain:
+        result = profile(spec.url, tmp_path, "--strategies", "ngram", "--tasks", "math", "--limit-per-task", "2",
+                         "--temperatures", "0", "--no-early-stop", "--concurrency", "1", "--plain-url", plain.url,
+                         backend="vllm")
+    assert result.exit_code == 0, result.output
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert [(b["task"], b["tokens"]) for b in summary["baselines"]] == [("math", 16)]
+    (cell,) = summary["cells"]
+    assert cell["speedup_vs_plain"] is not None and cell["v_vs_plain_forward"] is None

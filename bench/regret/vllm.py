@@ -198,7 +198,9 @@ def measure(servers: dict[str, Server], model: str, workloads: list[tuple[str, f
             args: argparse.Namespace) -> list[dict[str, Any]]:
     """Interleave the group's servers prompt by prompt (order rotated); one row per (config, workload,
     pass) with Σ tokens, Σ seconds and the server's counter deltas. A first, untimed pass of one
-    prompt per workload warms every server up (first-call compilation, both sampling paths)."""
+    prompt per workload warms every server up (first-call compilation, both sampling paths). Each
+    timed request waits ``args.gap`` seconds first: a request sent right after another server's
+    stalls for about a second now and then (picker.profiler.vllm, GAP_S)."""
     prompts = {t: builtin_prompts([t], args.first_prompt + args.prompts, 0)[args.first_prompt:] for t, _ in workloads}
     for server in servers.values():
         for task, temp in workloads:
@@ -212,6 +214,7 @@ def measure(servers: dict[str, Server], model: str, workloads: list[tuple[str, f
             for i, prompt in enumerate(prompts[task]):
                 k = (i + p) % len(labels)
                 for label in labels[k:] + labels[:k]:
+                    time.sleep(args.gap)
                     tok, wall = _one(servers[label], model, prompt, temp, args.max_new_tokens)
                     tot[label][0] += tok
                     tot[label][1] += wall
@@ -307,6 +310,8 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=3)
     ap.add_argument("--first-prompt", type=int, default=8, help="prompts before this index were swept")
     ap.add_argument("--passes", type=int, default=3)
+    ap.add_argument("--gap", type=float, default=1.0,
+                    help="quiet seconds before each timed request (servers on one CPU disturb each other)")
     ap.add_argument("--group", type=int, default=2, help="configurations served at once beside plain")
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--python", type=Path, default=Path(__file__).resolve().parents[2] / ".engines/vllm-venv/bin/python")

