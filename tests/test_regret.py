@@ -118,3 +118,26 @@ def test_vllm_metrics_page_becomes_flat_counters() -> None:
     ])
     assert spec_counters(text) == {DRAFTS: 10.0, ACCEPTED: 12.0, per_pos_key(0): 8.0, per_pos_key(1): 4.0}
     assert spec_counters('vllm:num_requests_running{engine="0"} 1.0') == {}
+
+
+def test_pairing_keeps_the_old_timings_adds_the_probe_and_refuses_other_generations(tmp_path: Path) -> None:
+    import json as _json
+
+    from bench.regret.pair_profiles import pair
+
+    def write(folder: Path, wall: float, accepted: int, sib: list[float]) -> Path:
+        folder.mkdir()
+        rec = {"cell": {"task": "chat", "strategy": "medusa", "temperature": 1.0, "num_draft_tokens": 4, "tree": None},
+               "prompt_ids": ["chat-0"], "tokens": 48, "forwards": 20, "steps": 19, "drafted": 76,
+               "accepted": accepted, "pos_reached": [19, 12], "pos_accepted": [12, 8], "wall_s": wall,
+               "sib_reached": sib, "sib_accepted": [x / 4 for x in sib], "v": 1}
+        (folder / "records.jsonl").write_text(_json.dumps(rec) + "\n")
+        (folder / "run.json").write_text(_json.dumps({"backend": "torch"}))
+        return folder
+
+    old, new = write(tmp_path / "old", 1.0, 28, []), write(tmp_path / "new", 1.3, 28, [7.0, 5.0])
+    assert pair(old, new, tmp_path / "paired") == 1
+    (cell,) = _json.loads((tmp_path / "paired" / "summary.json").read_text())["cells"]
+    assert cell["seconds"] == 1.0 and cell["sibling_accept"] == [0.25, 0.25]
+    with pytest.raises(SystemExit, match="differs"):
+        pair(old, write(tmp_path / "other", 1.3, 27, [7.0]), tmp_path / "bad")
