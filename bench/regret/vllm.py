@@ -27,9 +27,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import socket
 import statistics
 import subprocess
+import tempfile
 import time
 import urllib.request
 from collections import defaultdict
@@ -145,8 +147,11 @@ class Server:
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         max_len = min(1024, json.loads((target / "config.json").read_text()).get("max_position_embeddings", 1024))
+        work = work.resolve()  # the server runs in it: a relative TMPDIR would nest inside itself
         work.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "TMPDIR": str(work), "VLLM_CACHE_ROOT": str(work / "cache"), "HF_HUB_OFFLINE": "1",
+        # vLLM binds IPC sockets under TMPDIR, whose paths may not pass 107 characters: a short one.
+        self._tmp = tempfile.mkdtemp(prefix="spv")
+        env = {**os.environ, "TMPDIR": self._tmp, "VLLM_CACHE_ROOT": str(work / "cache"), "HF_HUB_OFFLINE": "1",
                "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
         args = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(target), "--host",
                 "127.0.0.1", "--port", str(self.port), "--enforce-eager", "--dtype", "float32",
@@ -177,6 +182,7 @@ class Server:
             self.proc.kill()
             self.proc.wait(timeout=30)
         self._sink.close()
+        shutil.rmtree(self._tmp, ignore_errors=True)
 
 
 def _one(server: Server, model: str, prompt: Any, temp: float, max_new_tokens: int) -> tuple[int, float]:

@@ -10,7 +10,6 @@ policy derives vLLM's own step cost for prompt lookup (``policies.features.live_
 from __future__ import annotations
 
 import json
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -39,9 +38,7 @@ def zoo() -> Any:
 
 def test_profile_times_plain_on_a_second_server_and_recommend_uses_vllms_step_cost(zoo: Any, tmp_path: Path) -> None:
     out = tmp_path / "run"
-    # vLLM binds IPC sockets under TMPDIR: a pytest tmp_path is past the 107-character socket limit.
-    with tempfile.TemporaryDirectory(prefix="spv") as work, \
-            serving(engine_python("vllm"), zoo.target, {"ngram": NGRAM}, Path(work)) as servers:
+    with serving(engine_python("vllm"), zoo.target, {"ngram": NGRAM}, tmp_path / "servers") as servers:
         result = CliRunner().invoke(app, [
             "profile", "--backend", "vllm", "--url", servers["ngram"].url, "--plain-url", servers["plain"].url,
             "--strategies", "ngram", "--tasks", "code,structured", "--temperatures", "0", "--limit-per-task", "4",
