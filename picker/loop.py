@@ -195,15 +195,8 @@ def generate(
                                               hidden, q_logits=q_logits))
         t4 = time.perf_counter()
         draft_s = t1 - t0 + t4 - t3  # drafting = propose + observe
-        sib: Any = ((), ())
-        if probe_siblings > 1 and draft.is_chain and result.num_accepted < len(draft):
-            k = result.num_accepted  # the rejected position: q_k and the draft's ranking are known
-            if sampling.greedy and draft.scores is not None:
-                sib = greedy_sibling_counts(draft.scores[k], int(np.argmax(q_logits[k])), draft.tree.tokens[k],
-                                            topk=probe_siblings) or ((), ())
-            elif not sampling.greedy and p is not None:
-                sib = sibling_counts(warp(q_logits[k], sampling.temperature, sampling.top_k, sampling.top_p),
-                                     p[k], draft.tree.tokens[k], topk=probe_siblings, rng=probe_rng)
+        # 7. Profiling only: what a tree's later siblings would have accepted here (not decode time).
+        sib = _probe_siblings(draft, result, q_logits, p, sampling, probe_siblings, probe_rng)
         probe = time.perf_counter() - t4
         probe_s += probe
         records.append(StepRecord(len(draft), result.num_accepted, _first_rejection(draft.tree, result),
@@ -234,6 +227,29 @@ def _verify(
     if chain:
         return verify_sample_chain(draft.tree.tokens, p, q, rng)
     return verify_sample_tree(draft.tree, p, q, rng, draft.siblings)
+
+
+def _probe_siblings(
+    draft: Draft,
+    result: VerifyResult,
+    q_logits: np.ndarray,
+    p: np.ndarray | None,
+    sampling: SamplingParams,
+    topk: int,
+    rng: np.random.Generator,
+) -> tuple[Any, Any]:
+    """(reached, accepted) of sibling ranks 2..``topk`` at a chain's rejection (picker.siblings), or
+    empty: nothing rejected, a tree, no probe asked, or the draft sent no distribution to read."""
+    k = result.num_accepted  # the rejected position: q_k and the draft's ranking are known
+    if topk < 2 or not draft.is_chain or k >= len(draft):
+        return (), ()
+    if sampling.greedy and draft.scores is not None:
+        counts = greedy_sibling_counts(draft.scores[k], int(np.argmax(q_logits[k])), draft.tree.tokens[k], topk=topk)
+        return counts or ((), ())
+    if not sampling.greedy and p is not None:
+        q_k = warp(q_logits[k], sampling.temperature, sampling.top_k, sampling.top_p)
+        return sibling_counts(q_k, p[k], draft.tree.tokens[k], topk=topk, rng=rng)
+    return (), ()
 
 
 def _first_rejection(tree: TokenTree, result: VerifyResult) -> int | None:

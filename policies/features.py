@@ -230,9 +230,17 @@ def steps_per_generation(length: float, out_tokens: float) -> float:
 
 
 def points_ratio(points: Sequence[tuple[float, float]], n: float) -> float:
-    """R at ``n`` draft tokens from measured (N, R) points and (0, 1): piecewise linear, continued
-    beyond the last point with the last segment's slope (never falling)."""
-    pts = [(0.0, 1.0), *sorted((float(a), float(b)) for a, b in points if a > 0)]
+    """R at ``n`` draft tokens from measured (N, R) points: piecewise linear, continued beyond the
+    last point with the last segment's slope (never falling). Below the shortest measured length the
+    first measured segment is extended (not bent to (0, 1)): turning speculation on has a fixed cost
+    per step -- vLLM's prompt lookup at N = 1 ran 0.74-1.18x plain where its accept lengths alone
+    promise 1.5-2x -- floored at 1 (a step never costs less than a plain one). With one point, the
+    line through (0, 1) and it."""
+    measured = sorted((float(a), float(b)) for a, b in points if a > 0)
+    if len(measured) >= 2 and n < measured[0][0]:
+        (x0, y0), (x1, y1) = measured[0], measured[1]
+        return max(1.0, y0 - (y1 - y0) / (x1 - x0) * (x0 - n))
+    pts = [(0.0, 1.0), *measured]
     for (x0, y0), (x1, y1) in itertools.pairwise(pts):
         if n <= x1:
             return y0 + (y1 - y0) * (n - x0) / (x1 - x0)

@@ -280,7 +280,11 @@ def test_live_cells_give_step_ratios_that_reproduce_their_speedup() -> None:
     slow = {**cell, "num_draft_tokens": 8, "speedup_vs_plain": 0.5}
     points = live_step_points([cell, slow, {**cell, "speedup_vs_plain": 1.4}, {**cell, "speedup_vs_plain": 1.6}])
     assert [p[0] for p in points] == [4, 8] and points[0][1] == pytest.approx(r)   # the median at N = 4
-    assert points_ratio(points, 2.0) == pytest.approx(1 + (r - 1) / 2)             # through (0, 1)
+    r8 = points[1][1]
+    assert points_ratio(points, 6.0) == pytest.approx((r + r8) / 2)                 # between the two
+    assert points_ratio(points, 2.0) == pytest.approx(max(1.0, r - (r8 - r) / 2))   # the first segment, extended
+    assert points_ratio([(2.0, 1.8), (8.0, 2.4)], 1.0) == pytest.approx(1.7)        # a fixed cost per step
+    assert points_ratio([(4.0, r)], 2.0) == pytest.approx(1 + (r - 1) / 2)          # one point: through (0, 1)
     assert points_ratio(points, 12.0) > points_ratio(points, 8.0)                  # continued upward
     ev = Evidence(0.5, 0.5, 0.5, "measured", per_position=(1.0, 1.0, 0.0),         # E[L] = 3 at N = 4
                   cost=CostEvidence(0.0, output_tokens=48, step_points=points))
