@@ -200,8 +200,7 @@ def generate(
         probe = time.perf_counter() - t4
         probe_s += probe
         records.append(StepRecord(len(draft), result.num_accepted, _first_rejection(draft.tree, result),
-                                  len(emitted), draft_s, t2 - t1, tuple(map(float, sib[0])),
-                                  tuple(map(float, sib[1])), probe))
+                                  len(emitted), draft_s, t2 - t1, *sib, probe))
     seconds = time.perf_counter() - start - probe_s
     stats = GenerationStats(len(records), sum(r.drafted for r in records),
                             sum(r.accepted for r in records), len(out), seconds,
@@ -237,19 +236,21 @@ def _probe_siblings(
     sampling: SamplingParams,
     topk: int,
     rng: np.random.Generator,
-) -> tuple[Any, Any]:
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """(reached, accepted) of sibling ranks 2..``topk`` at a chain's rejection (picker.siblings), or
     empty: nothing rejected, a tree, no probe asked, or the draft sent no distribution to read."""
     k = result.num_accepted  # the rejected position: q_k and the draft's ranking are known
-    if topk < 2 or not draft.is_chain or k >= len(draft):
+    counts = None
+    if topk >= 2 and draft.is_chain and k < len(draft):
+        if sampling.greedy and draft.scores is not None:
+            counts = greedy_sibling_counts(draft.scores[k], int(np.argmax(q_logits[k])), draft.tree.tokens[k],
+                                           topk=topk)
+        elif not sampling.greedy and p is not None:
+            q_k = warp(q_logits[k], sampling.temperature, sampling.top_k, sampling.top_p)
+            counts = sibling_counts(q_k, p[k], draft.tree.tokens[k], topk=topk, rng=rng)
+    if counts is None:
         return (), ()
-    if sampling.greedy and draft.scores is not None:
-        counts = greedy_sibling_counts(draft.scores[k], int(np.argmax(q_logits[k])), draft.tree.tokens[k], topk=topk)
-        return counts or ((), ())
-    if not sampling.greedy and p is not None:
-        q_k = warp(q_logits[k], sampling.temperature, sampling.top_k, sampling.top_p)
-        return sibling_counts(q_k, p[k], draft.tree.tokens[k], topk=topk, rng=rng)
-    return (), ()
+    return tuple(map(float, counts[0])), tuple(map(float, counts[1]))
 
 
 def _first_rejection(tree: TokenTree, result: VerifyResult) -> int | None:

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from picker.sampling import FloatArray
+from picker.sampling import FloatArray, residual
 
 __all__ = ["greedy_sibling_counts", "sibling_counts"]
 
@@ -49,8 +49,8 @@ def sibling_counts(q: FloatArray, p: FloatArray, d: int, *, topk: int,
         raise ValueError("topk must be at least 1")
     reached = np.zeros(topk - 1)
     accepted = np.zeros(topk - 1)
-    r = _residual(q, p)
-    q, draft = np.asarray(q, dtype=float), np.array(p, dtype=float)
+    r = residual(q, p)  # the verifier's target after rank 1 was rejected
+    draft = np.array(p, dtype=float)
     weight = 1.0  # probability that every earlier rank was rejected
     drawn = d
     for j in range(topk - 1):
@@ -65,17 +65,10 @@ def sibling_counts(q: FloatArray, p: FloatArray, d: int, *, topk: int,
         # The next rank's odds depend on which token this rank drew: draw one, keep its rejection.
         y = int(rng.choice(p_k.size, p=p_k))
         weight *= 1.0 - float(odds[y] / p_k[y])
-        r = _residual(r, p_k)
+        r = residual(r, p_k)
         drawn = y
         draft = p_k
     return reached, accepted
-
-
-def _residual(q: FloatArray, p: FloatArray) -> FloatArray:
-    """``norm(max(0, q - p))``; ``q`` itself when that is empty (rejection had probability 0)."""
-    w = np.maximum(q - p, 0.0)
-    total = w.sum()
-    return w / total if total > 0.0 else q
 
 
 def greedy_sibling_counts(scores: FloatArray, target: int, drafted: int, *,

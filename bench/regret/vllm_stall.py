@@ -9,12 +9,11 @@ pause -- the protocol question behind the profiler's ``GAP_S`` and ``vllm.py --g
 
 from __future__ import annotations
 
-import json
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
+from bench.regret.vllm import _post as post
 from bench.regret.vllm import serving
 from picker.tasks import builtin_prompts
 from picker.zoo import build_zoo
@@ -24,10 +23,9 @@ PYTHON = Path(__file__).resolve().parents[2] / ".engines/vllm-venv/bin/python"
 
 
 def _post(url: str, body: dict) -> float:
-    req = urllib.request.Request(url + "/v1/completions", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
+    """Seconds one completion takes on the server at ``url``."""
     start = time.perf_counter()
-    json.loads(urllib.request.urlopen(req, timeout=300).read())
+    post(url + "/v1/completions", body)
     return round(time.perf_counter() - start, 3)
 
 

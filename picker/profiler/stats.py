@@ -125,22 +125,16 @@ def _units(records: Sequence[Record]) -> list[list[Record]]:
     return list(units.values())
 
 
-def _positions(records: Sequence[Record]) -> tuple[np.ndarray, np.ndarray]:
-    depth = max((len(r.pos_reached) for r in records), default=0)
-    reached, acc = np.zeros(depth, dtype=np.int64), np.zeros(depth, dtype=np.int64)
+def _positions(records: Sequence[Record], reached_field: str = "pos_reached", accepted_field: str = "pos_accepted",
+               dtype: type = np.int64) -> tuple[np.ndarray, np.ndarray]:
+    """Per-position (reached, accepted) summed over records (lists of unequal length, zero-padded):
+    draft positions by default, or the sibling probe's expected counts (``sib_*``, floats)."""
+    depth = max((len(getattr(r, reached_field)) for r in records), default=0)
+    reached, acc = np.zeros(depth, dtype=dtype), np.zeros(depth, dtype=dtype)
     for r in records:
-        if r.pos_reached:
-            reached[: len(r.pos_reached)] += np.asarray(r.pos_reached, dtype=np.int64)
-            acc[: len(r.pos_accepted)] += np.asarray(r.pos_accepted, dtype=np.int64)
-    return reached, acc
-
-
-def _siblings(records: Sequence[Record]) -> tuple[np.ndarray, np.ndarray]:
-    depth = max((len(r.sib_reached) for r in records), default=0)
-    reached, acc = np.zeros(depth), np.zeros(depth)
-    for r in records:
-        reached[: len(r.sib_reached)] += np.asarray(r.sib_reached, dtype=float)
-        acc[: len(r.sib_accepted)] += np.asarray(r.sib_accepted, dtype=float)
+        n, a = getattr(r, reached_field), getattr(r, accepted_field)
+        reached[: len(n)] += np.asarray(n, dtype=dtype)
+        acc[: len(a)] += np.asarray(a, dtype=dtype)
     return reached, acc
 
 
@@ -170,7 +164,7 @@ def cell_stats(records: Sequence[Record], seed_key: str = "") -> CellStats:
         ci_iid = wilson(int(sums[:, 2].sum()), int(sums[:, 3].sum())) if sums[:, 3].sum() else None
         method = "wilson-tokens"
     reached, acc = _positions(records)
-    sib_reached, sib_acc = _siblings(records)
+    sib_reached, sib_acc = _positions(records, "sib_reached", "sib_accepted", float)
     per_s = _div(draft_s, drafted)
     ver_s = _div(verify_s, steps)
     return CellStats(

@@ -42,8 +42,6 @@ def step_counters(steps: Sequence[Any]) -> dict[str, Any]:
     """Sum the loop's per-step records (``picker.loop.StepRecord``) into record counters."""
     reached: list[int] = []
     acc: list[int] = []
-    sib_reached: list[float] = []
-    sib_acc: list[float] = []
     out = {"forwards": len(steps), "steps": 0, "draft_steps": 0, "drafted": 0, "accepted": 0,
            "draft_s": 0.0, "verify_s": 0.0, "probe_s": 0.0}
     for i, s in enumerate(steps):
@@ -56,12 +54,6 @@ def step_counters(steps: Sequence[Any]) -> dict[str, Any]:
         out["draft_s"] += s.draft_seconds
         out["verify_s"] += s.verify_seconds
         out["probe_s"] += getattr(s, "probe_seconds", 0.0)
-        for k, (n, a) in enumerate(zip(getattr(s, "sibling_reached", ()), getattr(s, "sibling_accepted", ()))):
-            if k == len(sib_reached):
-                sib_reached.append(0.0)
-                sib_acc.append(0.0)
-            sib_reached[k] += n
-            sib_acc[k] += a
         examined = s.accepted + (1 if s.first_rejection is not None else 0)
         while len(reached) < examined:
             reached.append(0)
@@ -69,7 +61,11 @@ def step_counters(steps: Sequence[Any]) -> dict[str, Any]:
         for k in range(examined):
             reached[k] += 1
             acc[k] += 1 if k < s.accepted else 0
-    return {**out, "pos_reached": reached, "pos_accepted": acc, "sib_reached": sib_reached, "sib_accepted": sib_acc}
+    # The sibling probe's expected counts, summed position by position like any counter list.
+    sib = _sum([{"sib_reached": list(getattr(s, "sibling_reached", ())),
+                 "sib_accepted": list(getattr(s, "sibling_accepted", ()))} for s in steps[1:]])
+    return {**out, "pos_reached": reached, "pos_accepted": acc, "sib_reached": sib.get("sib_reached", []),
+            "sib_accepted": sib.get("sib_accepted", [])}
 
 
 class TorchSource:
