@@ -40,6 +40,8 @@ from policies.roofline import ModelShape
 NOT_WORTH_IT = 1.02  # below this predicted workload speedup, recommend leaving speculation off
 BATCH_GRID = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 TEMPERATURE_GRID = tuple(round(0.1 * i, 1) for i in range(21))
+# `specpick profile --backend` names against workload engine names, where they differ.
+BACKEND_ENGINE = {"llamacpp": "llama_cpp"}
 DEFAULT_MEDUSA_HEADS = 4  # Medusa-1 ships 4-5 heads (Cai et al. 2024); used when heads are to be trained
 
 
@@ -107,7 +109,8 @@ class Scorer:
         self.priors = load_priors()
         self.ctx = cost_context(profile)
         backend = str(((getattr(measurements, "run", None) or {}).get("backend", ""))) if measurements else ""
-        self.measured_costs = backend == profile.engine.name if measured_costs is None else measured_costs
+        engine = BACKEND_ENGINE.get(backend, backend)
+        self.measured_costs = engine == profile.engine.name if measured_costs is None else measured_costs
         self.verify_curve = tuple(verify_curve) if verify_curve else None
         self._evidence: dict[tuple[str, str, float, int], Evidence] = {}
 

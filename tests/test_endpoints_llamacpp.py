@@ -231,3 +231,60 @@ def test_failure_mid_run_keeps_every_finished_record(tmp_path: Path) -> None:
     _one_error_line(result, "HTTP 500", "partial summary kept")
     assert len(records_of(tmp_path)) == 5
     assert json.loads((tmp_path / "summary.json").read_text())["cells"][0]["samples"] == 5
+
+
+def test_plain_url_times_the_baseline_on_a_server_without_speculation(tmp_path: Path) -> None:
+    """``--plain-url``: plain cells go to the second server (same prompts, same seeds), become the
+    baseline of ``speedup_vs_plain``, and stay out of the speculative server's counters. The real
+    servers: tests/engines/test_llamacpp.py."""
+    with LlamaDouble(RATES) as spec, LlamaDouble([], types="") as plain:
+        result = llama(spec.url, tmp_path, "--strategies", "vanilla", "--tasks", "math", "--temperatures", "0",
+                       "--limit-per-task", "3", "--max-new-tokens", "40", "--no-early-stop", "--num-draft-tokens",
+                       "3", "--concurrency", "1", "--plain-url", plain.url)
+        assert result.exit_code == 0, result.output
+        spec_log, plain_log, counters = list(spec.log), list(plain.log), dict(spec.counters)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["run"]["source"]["plain_url"] == plain.url
+    # One untimed warm-up per server, then the same prompts with the same seeds on both.
+    assert len(spec_log) == len(plain_log) == 4
+    assert [(r["prompt"], r["seed"]) for r in spec_log[1:]] == [(r["prompt"], r["seed"]) for r in plain_log[1:]]
+    assert all(r["drafted"] == 0 for r in plain_log)
+    records = records_of(tmp_path)
+    assert {r.source for r in records if r.cell.is_plain} == {"llamacpp-plain-server"}
+    plain_tokens = sum(r["tokens"] for r in plain_log[1:])
+    assert [(b["task"], b["tokens"]) for b in summary["baselines"]] == [("math", plain_tokens)]
+    (cell,) = summary["cells"]
+    assert cell["speedup_vs_plain"] is not None and cell["speedup_vs_plain"] > 0
+    report = summary["run"]["server_report"]  # differenced from the first timed request: no warm-up
+    assert (report["num_draft_tokens"], report["num_accepted_tokens"]) == (cell["draft_tokens"],
+                                                                           cell["accepted_tokens"])
+    assert report["num_draft_tokens"] == counters["draft_tokens"] - spec_log[0]["drafted"]
+
+
+def test_plain_url_must_not_speculate(tmp_path: Path) -> None:
+    with LlamaDouble(RATES) as spec, LlamaDouble(RATES) as other:
+        result = llama(spec.url, tmp_path, "--strategies", "vanilla", "--tasks", "math", "--plain-url", other.url)
+    _one_error_line(result, f"{other.url}/slots", "plain server can speculate")
+
+
+def test_recommend_uses_llamacpps_step_cost_from_a_plain_baseline(tmp_path: Path) -> None:
+    """Measurements from ``--backend llamacpp`` count as the llama_cpp engine's own (backend and
+    engine names differ): with a plain baseline the Scorer derives the step ratio from them."""
+    from picker.measurements import load_measurements
+    from picker.plugins import load_strategies
+    from picker.recommend import Scorer
+    from picker.workload import load_profile
+    from tests.engines.support import ROOT
+
+    with LlamaDouble(RATES) as spec, LlamaDouble([], types="") as plain:
+        result = llama(spec.url, tmp_path, "--strategies", "vanilla", "--tasks", "creative", "--temperatures", "1",
+                       "--limit-per-task", "2", "--max-new-tokens", "24", "--no-early-stop", "--num-draft-tokens",
+                       "3", "--plain-url", plain.url)
+    assert result.exit_code == 0, result.output
+    profile = load_profile(ROOT / "profiles" / "creative-writing.yaml")
+    assert profile.engine.name == "llama_cpp"
+    scorer = Scorer(profile, load_measurements(tmp_path / "summary.json"))
+    assert scorer.measured_costs
+    ev = scorer.evidence(load_strategies()["vanilla"], "creative", 1.0)
+    assert ev.source == "measured" and ev.cost is not None and ev.cost.step_points
+    assert ev.cost.step_points[0][0] == 3

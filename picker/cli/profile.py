@@ -48,8 +48,8 @@ def _source(backend: Backend, model: str | None, url: str | None, artifacts: dic
             client_opts: dict[str, Any], concurrency: int, threads: int, device: str,
             plain_url: str | None = None) -> Any:
     """The measuring source for ``backend`` (a loaded target, or a checked live endpoint)."""
-    if plain_url is not None and backend is not Backend.vllm:
-        raise UserError(f"--plain-url is for --backend vllm (a second server without speculation); "
+    if plain_url is not None and backend not in (Backend.vllm, Backend.llamacpp):
+        raise UserError(f"--plain-url is for --backend vllm or llamacpp (a second server without speculation); "
                         f"{backend.value} times its baseline itself or not at all", field="--plain-url")
     if backend is Backend.torch:
         if url is not None:
@@ -70,7 +70,7 @@ def _source(backend: Backend, model: str | None, url: str | None, artifacts: dic
     if backend is Backend.llamacpp:
         from picker.profiler.llamacpp import LlamaCppSource
 
-        return LlamaCppSource(url, client, concurrency)
+        return LlamaCppSource(url, client, concurrency, plain_url=plain_url)
     from picker.profiler.vllm import VLLMSource
 
     return VLLMSource(url, client, concurrency, plain_url=plain_url)
@@ -85,8 +85,8 @@ def profile(
     model: Annotated[str | None, typer.Option(help="torch: 'zoo' (zoo:ci, zoo:small) or a local HF folder.")] = None,
     url: Annotated[str | None, typer.Option(help="sglang / vllm / llamacpp: the server's base URL.")] = None,
     plain_url: Annotated[str | None, typer.Option(
-        help="vllm: a second server of the same target without --speculative-config, to time plain "
-             "decoding (speedup_vs_plain, vLLM's own step costs for recommend).")] = None,
+        help="vllm / llamacpp: a second server of the same target without speculation, to time plain "
+             "decoding (speedup_vs_plain, the engine's own step costs for recommend).")] = None,
     strategies: Annotated[str | None, typer.Option(
         help="Comma list (torch: default ngram,vanilla,lookahead,medusa,eagle3; live: the server's one).")] = None,
     artifact: Annotated[list[str] | None, typer.Option(help="STRATEGY=PATH: a draft model or heads folder.")] = None,

@@ -27,6 +27,12 @@ token; every later forward emits its accepted drafts plus one; the server cuts e
 tokens left, so none is lost at ``n_predict``). The response does not say which steps drafted,
 so ``draft_steps`` is left unknown (all steps) and ``tau`` is then a lower bound.
 
+A server started with speculation speculates on every request, so plain decoding -- the baseline of
+``speedup_vs_plain``, from which the policy derives llama.cpp's own step cost
+(``policies.features.live_step_ratio``) -- is timed on a second ``llama-server`` of the same target
+without ``--spec-type`` / ``-md`` (``plain_url``; its ``/slots`` must say no slot speculates), on the
+same prompts. As with vLLM, each cell waits ``gap_s`` first when two servers share the machine.
+
     >>> resp = {"content": " world", "tokens_predicted": 9,
     ...         "timings": {"predicted_n": 9, "draft_n": 12, "draft_n_accepted": 5}}
     >>> parse_completion(resp, url="http://x/completion", speculative=True)
@@ -44,7 +50,7 @@ from picker.errors import UserError
 from picker.profiler.http import EndpointError, HttpClient
 from picker.profiler.records import CellKey, Record
 from picker.profiler.source import DraftConfig, GenParams, bounded, single_strategy
-from picker.profiler.vllm import Metrics, parse_prometheus
+from picker.profiler.vllm import GAP_S, WARMUP_PROMPT, Metrics, parse_prometheus
 from picker.tasks import Prompt, render_turn
 
 ENGINE = "llama_cpp"  # the key strategies declare their llama.cpp name under (Capabilities.engines)
@@ -54,6 +60,7 @@ ACCEPTED = "llamacpp:spec_decode_num_accepted_tokens_total"
 PER_POS = "llamacpp:spec_decode_num_accepted_tokens_per_pos_total"
 TYPES_KEY = "speculative.types"
 LLAMA_DEFAULT_SEED = 0xFFFFFFFF  # llama.cpp reads this seed as "pick one at random"
+WARMUP_BODY = {"prompt": WARMUP_PROMPT, "n_predict": 16, "temperature": 0.0, "seed": 0}
 
 
 def _count(obj: dict[str, Any], key: str, where: str, url: str) -> int:
@@ -63,10 +70,11 @@ def _count(obj: dict[str, Any], key: str, where: str, url: str) -> int:
     return value
 
 
-def parse_completion(resp: Any, *, url: str, speculative: bool) -> dict[str, Any]:
+def parse_completion(resp: Any, *, url: str, speculative: bool, plain: bool = False) -> dict[str, Any]:
     """Text and counters of one non-streamed ``/completion`` response.
 
     ``speculative``: ``/slots`` confirmed speculation, so absent draft counts mean zero drafts.
+    ``plain``: the response comes from the server without speculation; a draft count is an error.
     """
     if not isinstance(resp, dict) or not isinstance(resp.get("content"), str):
         raise EndpointError(url, "response has no 'content' string")
@@ -75,7 +83,10 @@ def parse_completion(resp: Any, *, url: str, speculative: bool) -> dict[str, Any
         raise EndpointError(url, "response has no 'timings' object")
     tokens = _count(resp, "tokens_predicted", "", url)
     has = ("draft_n" in timings, "draft_n_accepted" in timings)
-    if has == (False, False) and speculative:
+    if plain and any(has):
+        raise EndpointError(url, "the plain server drafted (timings has draft_n): start it without "
+                                 "--spec-type / -md")
+    if has == (False, False) and (speculative or plain):
         drafted = accepted = 0
     elif not all(has):
         missing = "draft_n" if not has[0] else "draft_n_accepted"
@@ -107,31 +118,43 @@ class LlamaCppSource:
     """Sends prompts to ``URL/completion``; one record per prompt (all its turns)."""
 
     name = "llamacpp"
-    plain = False
 
-    def __init__(self, url: str, client: HttpClient, concurrency: int = 4) -> None:
+    def __init__(self, url: str, client: HttpClient, concurrency: int = 4, plain_url: str | None = None,
+                 gap_s: float = GAP_S) -> None:
         self.url = url.rstrip("/")
         self.client = client
         self.concurrency = concurrency
-        self.props = self._props()
-        self.speculative, self.types = self._slots() if self.props.get("endpoint_slots") else (None, [])
+        self.props = self._props(self.url)
+        self.speculative, self.types = self._slots(self.url) if self.props.get("endpoint_slots") else (None, [])
         if self.speculative is False:
             raise EndpointError(f"{self.url}/slots", "no slot can speculate: the server runs without "
                                                      "speculative decoding (start it with --spec-type / -md)")
         self.metrics = bool(self.props.get("endpoint_metrics"))
         self.depth = len(_per_position(self._scrape())) if self.metrics else 0
         self._baseline: Metrics | None = None  # counters when this run's first request went out
+        self.plain_url = plain_url.rstrip("/") if plain_url else None
+        self.plain = self.plain_url is not None
+        self.gap_s = gap_s if self.plain_url else 0.0
+        if self.plain_url is not None:
+            self.plain_props = self._props(self.plain_url)
+            if self.plain_props.get("endpoint_slots") and self._slots(self.plain_url)[0]:
+                raise EndpointError(f"{self.plain_url}/slots", "the plain server can speculate: start it "
+                                                               "without --spec-type / -md")
+            # A fresh server's first completion is slow (allocations, caches): one untimed
+            # request per server before any timing, else the first cell pays for it.
+            for base in (self.url, self.plain_url):
+                self.client.post_json(f"{base}/completion", WARMUP_BODY)
 
-    def _props(self) -> dict[str, Any]:
-        url = f"{self.url}/props"
+    def _props(self, base: str) -> dict[str, Any]:
+        url = f"{base}/props"
         props = self.client.get_json(url)
         if not isinstance(props, dict):
             raise EndpointError(url, "server properties are not a JSON object")
         return props
 
-    def _slots(self) -> tuple[bool, list[str]]:
+    def _slots(self, base: str) -> tuple[bool, list[str]]:
         """(whether any slot can speculate, the speculative types its last tasks ran)."""
-        url = f"{self.url}/slots"
+        url = f"{base}/slots"
         slots = self.client.get_json(url)
         if not isinstance(slots, list) or not all(isinstance(s, dict) and "speculative" in s for s in slots):
             raise EndpointError(url, "expected a list of slots, each with 'speculative'")
@@ -145,10 +168,13 @@ class LlamaCppSource:
         """Nothing to release: every request opens and closes its own connection."""
 
     def describe(self) -> dict[str, Any]:
-        return {"backend": "llamacpp", "url": self.url, "speculative": self.speculative,
-                "speculative_types": self.types,
-                "model_path": self.props.get("model_path"), "build_info": self.props.get("build_info"),
-                "total_slots": self.props.get("total_slots"), "metrics": self.metrics}
+        out = {"backend": "llamacpp", "url": self.url, "speculative": self.speculative,
+               "speculative_types": self.types,
+               "model_path": self.props.get("model_path"), "build_info": self.props.get("build_info"),
+               "total_slots": self.props.get("total_slots"), "metrics": self.metrics}
+        if self.plain_url is not None:
+            out.update(plain_url=self.plain_url, plain_model_path=self.plain_props.get("model_path"))
+        return out
 
     def configs(self, strategies: Sequence[str], num_draft_tokens: Sequence[int]) -> list[DraftConfig]:
         from picker.plugins import load_strategies
@@ -170,10 +196,14 @@ class LlamaCppSource:
     def measure(self, cell: CellKey, prompts: Sequence[Prompt], params: GenParams) -> Iterator[Record]:
         if self.metrics and self._baseline is None:
             self._baseline = self._scrape()
+        time.sleep(self.gap_s)
         return bounded(prompts, lambda p: self._one(cell, p, params), self.concurrency)
 
     def _one(self, cell: CellKey, prompt: Prompt, params: GenParams) -> Record:
-        url = f"{self.url}/completion"
+        plain = cell.is_plain
+        if plain and self.plain_url is None:
+            raise ValueError("plain cells need plain_url")  # the profiler asks only when self.plain
+        url = f"{self.plain_url if plain else self.url}/completion"
         history: list[str] = []
         totals = {"tokens": 0, "drafted": 0, "accepted": 0, "steps": 0}
         start = time.perf_counter()
@@ -182,7 +212,8 @@ class LlamaCppSource:
             body = {"prompt": render_turn(prompt, turn, history), "n_predict": params.max_new_tokens,
                     "temperature": cell.temperature, "top_k": 0, "top_p": 1.0, "min_p": 0.0,
                     "seed": request_seed(params.seed, prompt.id, turn)}
-            fields = parse_completion(self.client.post_json(url, body), url=url, speculative=bool(self.speculative))
+            fields = parse_completion(self.client.post_json(url, body), url=url,
+                                      speculative=bool(self.speculative), plain=plain)
             history.append(fields.pop("text"))
             for key, value in fields.items():
                 totals[key] += value
@@ -190,7 +221,8 @@ class LlamaCppSource:
         return Record(
             cell=cell, prompt_ids=(prompt.id,), tokens=totals["tokens"], forwards=totals["steps"] + turns,
             steps=totals["steps"], drafted=totals["drafted"], accepted=totals["accepted"],
-            wall_s=time.perf_counter() - start, source="llamacpp-timings", extra={"turns": turns},
+            wall_s=time.perf_counter() - start, source="llamacpp-plain-server" if plain else "llamacpp-timings",
+            extra={"turns": turns},
         )
 
     def report(self) -> dict[str, Any]:

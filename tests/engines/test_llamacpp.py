@@ -11,6 +11,8 @@ with ``--metrics`` so its own counters can be set against the profiler's numbers
    exactly, and the rates must come out near the forced ones, at temperature 0 and 1.
 2. ngram-simple (prompt lookup) on the zoo's own repetitive text: the same exact agreement, with
    responses that drafted nothing among them.
+3. ``--plain-url``: plain decoding timed on a second server without speculation, so cells carry
+   ``speedup_vs_plain`` and ``recommend`` derives llama.cpp's own step cost from them.
 """
 
 from __future__ import annotations
@@ -31,8 +33,12 @@ from typer.testing import CliRunner
 
 from picker.cli.main import app
 from picker.engine_configs import ScheduleEntry, build_engine_configs
+from picker.measurements import load_measurements
 from picker.plugins import load_strategies
-from tests.engines.support import ENGINES_DIR
+from picker.profiler.run import records_of
+from picker.recommend import Scorer
+from picker.workload import load_profile
+from tests.engines.support import ENGINES_DIR, ROOT
 
 pytestmark = pytest.mark.engines
 
@@ -68,10 +74,10 @@ def _free_port() -> int:
 
 
 @contextmanager
-def _server(args: list[str], tmp_path: Path) -> Iterator[str]:
+def _server(args: list[str], tmp_path: Path, name: str = "llama-server") -> Iterator[str]:
     """llama-server on 127.0.0.1 with four slots and ``--metrics``; always killed."""
     port = _free_port()
-    log = tmp_path / "llama-server.log"
+    log = tmp_path / f"{name}.log"
     with log.open("wb") as sink:
         proc = subprocess.Popen([str(SERVER), "-m", str(TARGET), "--host", "127.0.0.1", "--port", str(port),
                                  "-c", "4096", "-np", "4", "-t", "1", "--metrics", *args],
@@ -163,3 +169,27 @@ def test_ngram_simple_agrees_with_the_server(tmp_path: Path) -> None:
     assert {c["strategy"] for c in cells.values()} == {"ngram"}
     assert cells["math"]["draft_tokens"] > 0 and cells["math"]["accepted_tokens"] > 0
     assert 0.0 < report["alpha"] < 1.0
+
+
+def test_plain_url_baseline_and_recommend_uses_llamacpps_step_cost(tmp_path: Path) -> None:
+    with _server(_args("vanilla", 3), tmp_path, "spec") as url, _server([], tmp_path, "plain") as plain_url:
+        summary = _profile(url, tmp_path / "run", "--strategies", "vanilla", "--tasks", "code,creative",
+                           "--temperatures", "0", "--limit-per-task", "4", "--max-new-tokens", "48",
+                           "--num-draft-tokens", "3", "--plain-url", plain_url)
+    assert summary["run"]["source"]["plain_url"] == plain_url
+    assert {b["task"] for b in summary["baselines"]} == {"code", "creative"}
+    records = records_of(tmp_path / "run")
+    assert {r.source for r in records if r.cell.is_plain} == {"llamacpp-plain-server"}
+    assert all(r.drafted == 0 for r in records if r.cell.is_plain)
+    _agrees_with_the_server(summary, every_step_drafts=True)  # plain traffic went elsewhere
+    for c in summary["cells"]:
+        print(c["task"], "alpha", c["alpha"], "tau", c["tau"], "speedup_vs_plain", c["speedup_vs_plain"])
+        assert c["tau"] > 1.0 and c["speedup_vs_plain"] > 0.0
+    profile = load_profile(ROOT / "profiles" / "creative-writing.yaml")  # engine: llama_cpp
+    scorer = Scorer(profile, load_measurements(tmp_path / "run" / "summary.json"))
+    assert scorer.measured_costs
+    ev = scorer.evidence(load_strategies()["vanilla"], "creative", 0.0)
+    assert ev.source == "measured" and ev.cost is not None and ev.cost.step_points
+    n, ratio = ev.cost.step_points[0]
+    print("llama.cpp step ratio at N = 3:", ratio)
+    assert n == 3 and 0.5 < ratio < 10.0
