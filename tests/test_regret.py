@@ -4,6 +4,7 @@ grid, the drafter probe informs costs only, and the profiling cost is counted ag
 from __future__ import annotations
 
 import json
+import random
 import sys
 from pathlib import Path
 
@@ -70,6 +71,27 @@ def test_regret_run_chooses_inside_the_grid_and_charges_its_cost(sweep: Path, tm
         assert r["cost"]["policy"]["forwards"] < r["cost"]["sweep"]["forwards"]
         assert all(c["low"] <= c["predicted"] <= c["high"] for c in r["cells"])
     assert result["summary"]["loto"]["cells"] == sum(len(r["cells"]) for r in rows if r["split"].startswith("loto"))
+    # Replicates: two draws of one shape side by side, each figure's median and range.
+    from bench.regret.replicates import figures, table
+
+    share = figures(result, "loto")["share_097"]
+    assert 0.0 <= share <= 1.0
+    assert "| 2x8 | 2 | " in table([("2x8", result), ("2x8", result)], "loto")
+
+
+def test_label_noise_recomputes_the_sweeps_own_labels(sweep: Path) -> None:
+    from bench.regret.data import load_sweeps
+    from bench.regret.label_noise import bootstrap_error, cell_totals, speedup, split_error
+
+    data = load_sweeps([sweep])
+    w = data.workloads[("code", 0.0)]
+    cells, plain = cell_totals(w)
+    assert plain is not None and set(cells) == {g for g in w.truth if g.strategy != "plain"}
+    for g, cfg in cells.items():
+        prompts = sorted(cfg)
+        assert speedup(cfg, plain, prompts) == pytest.approx(w.truth[g], abs=1e-3)  # the sweep's label
+        assert split_error(cfg, plain, prompts, 1) >= 0.0
+        assert bootstrap_error(cfg, plain, prompts, random.Random(0), 50) >= 0.0
 
 
 def test_vllm_profile_rows_become_cells_with_per_position_acceptance_and_speedup() -> None:
