@@ -76,7 +76,7 @@ def test_regret_run_chooses_inside_the_grid_and_charges_its_cost(sweep: Path, tm
 
     share = figures(result, "loto")["share_097"]
     assert 0.0 <= share <= 1.0
-    assert "| 2x8 | 2 | " in table([("2x8", result), ("2x8", result)], "loto")
+    assert "| 2x8 | 2 | " in table([("2x8", result, None), ("2x8", result, None)], "loto")
 
 
 def test_label_noise_recomputes_the_sweeps_own_labels(sweep: Path) -> None:
@@ -163,3 +163,30 @@ def test_pairing_keeps_the_old_timings_adds_the_probe_and_refuses_other_generati
     assert cell["seconds"] == 1.0 and cell["sibling_accept"] == [0.25, 0.25]
     with pytest.raises(SystemExit, match="differs"):
         pair(old, write(tmp_path / "other", 1.3, 27, [7.0]), tmp_path / "bad")
+
+
+def test_profile_runs_are_summarised_against_their_own_plain_baseline(tmp_path: Path) -> None:
+    """Two profile folders timed on a machine running at different speeds: each cell's verify ratio
+    and speedup are taken against its own run's plain decoding, not the two runs' plain pooled."""
+    from bench.regret.data import load_profile_records, measurements_of
+    from picker.profiler.records import CellKey, Record
+
+    def run(folder: Path, strategy: str, step_s: float) -> None:
+        """One run: plain at ``step_s`` per step and a chain N = 2 whose verify steps cost 1.2 plain steps."""
+        folder.mkdir()
+        plain, chain = CellKey("code", "plain", 0.0, 0), CellKey("code", strategy, 0.0, 2)
+        recs = [Record(plain, (f"p{i}",), tokens=11, forwards=11, steps=10, verify_s=10 * step_s, wall_s=11 * step_s)
+                for i in range(3)]
+        recs += [Record(chain, (f"p{i}",), tokens=11, forwards=6, steps=5, drafted=10, accepted=5, draft_steps=5,
+                        pos_reached=(5, 5), pos_accepted=(5, 0), verify_s=5 * 1.2 * step_s, wall_s=7 * step_s)
+                 for i in range(3)]
+        (folder / "records.jsonl").write_text("".join(r.to_json() + "\n" for r in recs))
+
+    run(tmp_path / "a", "ngram", 0.01)
+    run(tmp_path / "b", "lookahead", 0.02)  # the second run's machine was twice as slow
+    records = load_profile_records([tmp_path / "a", tmp_path / "b"])[("code", 0.0)]
+    cells = {c.strategy: c for c in measurements_of(records, "test").cells}
+    assert set(cells) == {"ngram", "lookahead"}
+    for c in cells.values():
+        assert c.v_vs_plain_forward == pytest.approx(1.2, rel=1e-3)
+        assert c.speedup_vs_plain == pytest.approx(11 / 7, rel=1e-3)

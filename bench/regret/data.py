@@ -148,23 +148,39 @@ def probe_records(data: SweepData, kinds: dict[str, str], prompts: int = 1) -> l
     return [replace(r, cell=replace(r.cell, task=PROBE_TASK)) for r in keep]
 
 
+SESSION = "session"  # Record.extra key: which profile run (folder) a record came from
+
+
 def load_profile_records(folders: list[Path]) -> dict[tuple[str, float], list[Record]]:
     """``specpick profile`` runs' records by workload (the policy's own, separately run profile).
 
     Several folders (e.g. one per draft length) pool; each ran its own plain baseline, so plain
-    decoding is counted -- and paid for -- once per folder.
+    decoding is counted -- and paid for -- once per folder. Each record is tagged with its folder
+    (``extra["session"]``): its timings are relative to that run's own plain baseline only.
     """
     out: dict[tuple[str, float], list[Record]] = {}
     for folder in folders:
         for r in read_records(folder / "records.jsonl")[0]:
-            out.setdefault((r.cell.task, r.cell.temperature), []).append(r)
+            tagged = replace(r, extra={**r.extra, SESSION: str(folder)})
+            out.setdefault((r.cell.task, r.cell.temperature), []).append(tagged)
     return out
 
 
 def measurements_of(records: list[Record], source: str) -> Measurements:
-    """The records as ``specpick recommend --measurements`` would read them (summary.json)."""
-    summary = build_summary(records, {}, {"backend": "torch"})
-    return Measurements.model_validate({**summary, "source": source})
+    """The records as ``specpick recommend --measurements`` would read them (summary.json).
+
+    Records of different profile runs (``extra["session"]``) are summarised apart and their cells
+    joined: a cell's step costs and speedup are relative to plain decoding timed in the same run.
+    Pooling every run's plain records instead mixes sessions whose machine speed differed (two
+    profiles run side by side on the zoo: plain steps 16% apart, which moved every verify ratio).
+    """
+    sessions: dict[str, list[Record]] = {}
+    for r in records:
+        sessions.setdefault(str(r.extra.get(SESSION, "")), []).append(r)
+    summaries = [build_summary(recs, {}, {"backend": "torch"}) for recs in sessions.values()]
+    merged = {**summaries[0], "cells": [c for s in summaries for c in s["cells"]],
+              "baselines": [b for s in summaries for b in s.get("baselines", [])]}
+    return Measurements.model_validate({**merged, "source": source})
 
 
 def cost_of(records: list[Record]) -> dict[str, float]:
