@@ -27,7 +27,7 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("sweep")
     result = runner.invoke(app, ["sweep", "--model", str(tiny), "--artifact", f"vanilla={tiny}", "--out", str(out),
                                  "--strategies", "vanilla,ngram", "--tasks", ",".join(TASKS), "--temperatures", "0",
-                                 "--chain-lengths", "1,2,8", "--prompts-per-task", "3", "--max-new-tokens", "8",
+                                 "--chain-lengths", "1,2,8", "--prompts-per-task", "3", "--max-new-tokens", "32",
                                  "--quiet"])
     assert result.exit_code == 0, result.output
     return out
@@ -71,6 +71,11 @@ def test_regret_run_chooses_inside_the_grid_and_charges_its_cost(sweep: Path, tm
         assert r["cost"]["policy"]["forwards"] < r["cost"]["sweep"]["forwards"]
         assert all(c["low"] <= c["predicted"] <= c["high"] for c in r["cells"])
     assert result["summary"]["loto"]["cells"] == sum(len(r["cells"]) for r in rows if r["split"].startswith("loto"))
+    # The model reads its own evidence back: the profiled configurations' predicted speedups near
+    # the speedups the profile measured for them (same records, so no prompt or session noise).
+    print("evidence read back:", result["summary"]["loto"]["evidence_read_back_error"])
+    assert all(r["evidence_read_back"] for r in rows)
+    assert result["summary"]["loto"]["evidence_read_back_error"] < 0.1
     # Replicates: two draws of one shape side by side, each figure's median and range.
     from bench.regret.replicates import figures, table
 

@@ -8,8 +8,9 @@ The held-out workload's decision is ``picker.recommend.recommend`` with the fitt
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -28,7 +29,7 @@ from picker.recommendation import Recommendation
 from picker.sweep import parse_tree_label
 from policies import analytic
 from policies.estimator import SpeedupEstimator
-from policies.features import FEATURES, feature_matrix
+from policies.features import FEATURES, base_speedup, feature_matrix
 
 OUT_TOKENS = 48
 # The learned correction is not carried beyond the temperatures and batch sizes it was fitted on.
@@ -112,6 +113,27 @@ def predict_grid(p: Prepared, data: SweepData, est: SpeedupEstimator | None) -> 
     opts = [option(plugins, g) for g in keys]
     sc.prime(opts, [b])
     return {g: sc.bucket_speedup(o, b) for g, o in zip(keys, opts)}
+
+
+def read_back(p: Prepared, data: SweepData) -> list[dict[str, Any]]:
+    """The analytic model on the very chain configurations the profile measured, for the profile's
+    own output length, against the speedup the profile measured for them: the evidence read back.
+    Same records on both sides, so no prompt or session noise; far from 1 means misread evidence."""
+    plugins = load_strategies()
+    sc = scorer(p, data, None)
+    b = Bucket(p.workload.task, 1, p.workload.temperature, 1.0)
+    out = []
+    for c in p.measurements.cells:  # type: ignore[attr-defined]
+        tokens = getattr(c, "tokens", None)
+        if c.task != p.workload.task or c.tree is not None or not (c.speedup_vs_plain and tokens and c.samples):
+            continue
+        g = GridKey(c.strategy, int(c.num_draft_tokens or 0))
+        cand = sc.candidate(option(plugins, g), b)
+        cost = cand.evidence.cost
+        if cost is not None:
+            cand = replace(cand, evidence=replace(cand.evidence, cost=replace(cost, output_tokens=tokens / c.samples)))
+        out.append({"config": g.label, "profiled": float(c.speedup_vs_plain), "analytic": base_speedup(cand)})
+    return out
 
 
 def grid_key(o: Option) -> GridKey:

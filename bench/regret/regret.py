@@ -39,6 +39,7 @@ from bench.regret.policy import (
     fit,
     predict_grid,
     prepare,
+    read_back,
 )
 
 # Engine defaults (research/policies.md §6; FACTS.md). SGLang's (steps, topk, draft tokens) apply to
@@ -101,7 +102,7 @@ def evaluate(p: Prepared, data: SweepData, est: Any, train: list[Prepared]) -> d
                            "sweep_speedup": truth.get(g)} for name, g in configs.items()},
         "policy_predicted": predicted, "analytic_predicted": a_pred,
         "policy_evidence": rec.evidence.source,
-        "cells": cells,
+        "cells": cells, "evidence_read_back": read_back(p, data),
         "cost": {"policy": _plus(_plus(cost_of(p.profile_records), curve_share), probe_share),
                  "sweep": _plus(cost_of(sweep_recs), curve_share)},
     }
@@ -120,6 +121,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     base_err = [abs(c["analytic"] - c["measured"]) / c["measured"] for c in cells]
     cover = [c["low"] <= c["measured"] <= c["high"] for c in cells]
     width = [(c["high"] - c["low"]) / c["predicted"] for c in cells]
+    read_back = [abs(c["analytic"] / c["profiled"] - 1.0) for r in rows for c in r.get("evidence_read_back", [])]
     cost = [r["cost"]["policy"]["forwards"] / r["cost"]["sweep"]["forwards"] for r in rows]
     secs = [r["cost"]["policy"]["seconds"] / r["cost"]["sweep"]["seconds"] for r in rows]
     return {"workloads": len(rows), "policy_vs_sweep_best_median": statistics.median(ratio) if ratio else None,
@@ -127,7 +129,8 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "policy_in_sweep_grid": len(ratio),
             "median_rel_error": statistics.median(err), "median_rel_error_analytic": statistics.median(base_err),
             "coverage": sum(cover) / len(cover), "median_range_width": statistics.median(width),
-            "cells": len(cells), "cost_forwards_ratio": statistics.median(cost),
+            "cells": len(cells), "evidence_read_back_error": statistics.median(read_back) if read_back else None,
+            "cost_forwards_ratio": statistics.median(cost),
             "cost_seconds_ratio": statistics.median(secs)}
 
 
