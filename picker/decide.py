@@ -55,13 +55,24 @@ def _pinned(bs: list[Bucket], batch: int | None = None, temperature: float | Non
 
 
 def temperature_switch(scorer: Scorer, opt: Option, bs: list[Bucket]) -> TemperatureSwitch:
+    """Speculation off above the highest temperature at which it still pays.
+
+    Scanned from the top, not from 0: the curve need not fall monotonically when its evidence
+    differs by temperature (measured cells near the workload's temperatures, priors and the
+    roofline elsewhere). A scan from 0 stopped at the first dip -- a prior-based 0.9x at T = 0 --
+    and switched speculation off above 0 for a T = 1 workload measured at 1.8x.
+    """
     scorer.prime([opt], [b for t in TEMPERATURE_GRID for b in _pinned(bs, temperature=t)])
-    for t in TEMPERATURE_GRID:
-        if _speedup_at(scorer, opt, bs, temperature=t) < 1.0:
-            return TemperatureSwitch(above=round(max(t - 0.1, 0.0), 1), action="disable",
-                                     reason=f"predicted speedup falls below 1.0x at temperature {t:g}")
-    return TemperatureSwitch(above=None, action="none",
-                             reason="predicted speedup stays above 1.0x up to temperature 2")
+    paying = [t for t in TEMPERATURE_GRID if _speedup_at(scorer, opt, bs, temperature=t) >= 1.0]
+    top = TEMPERATURE_GRID[-1]
+    if paying and paying[-1] == top:
+        return TemperatureSwitch(above=None, action="none",
+                                 reason=f"predicted speedup stays above 1.0x up to temperature {top:g}")
+    last = paying[-1] if paying else 0.0
+    step = TEMPERATURE_GRID[1] - TEMPERATURE_GRID[0]
+    return TemperatureSwitch(above=last, action="disable",
+                             reason=f"predicted speedup falls below 1.0x above temperature {last:g} "
+                                    f"(from {round(last + step, 1):g})")
 
 
 def batch_schedule(scorer: Scorer, options: list[Option], chosen: Option, bs: list[Bucket],

@@ -69,3 +69,22 @@ def test_tight_itl_slo_excludes_slow_steps(tmp_path: Path) -> None:
     rec = recommend(load_profile(path))
     assert rec.decision.strategy == "none"
     assert any("SLO" in note for c in rec.alternatives for note in c.notes)
+
+
+def test_temperature_switch_keeps_speculation_where_the_workload_runs(tmp_path: Path) -> None:
+    """Evidence that is worse at low temperature than at the workload's own (the draft model
+    measured at α = 0.9 at T = 1, at 0.05 at T = 0, where drafting then costs more than it
+    saves): the switch is the highest temperature at which speculation still pays, scanned from
+    the top. Scanning up from T = 0 stopped at the first dip and switched this T = 1 workload off
+    above 0 (predicted 1.0x instead of ~2x)."""
+    from picker.measurements import Measurements
+
+    path = _variant(tmp_path, "creative-writing.yaml", drafters__allow_ngram=False,
+                    traffic__temperature=[{"value": 1.0, "weight": 1.0}])
+    cells = [{"task": task, "strategy": "vanilla", "temperature": t, "alpha": a, "alpha_ci": [a - 0.01, a + 0.01],
+              "samples": 40, "num_draft_tokens": 4}
+             for task in ("creative", "chat") for t, a in ((0.0, 0.05), (1.0, 0.9))]
+    rec = recommend(load_profile(path), Measurements.model_validate({"cells": cells}))
+    switch = rec.decision.temperature_switch
+    assert rec.decision.strategy == "vanilla" and rec.predicted_speedup.mean > 1.5, switch
+    assert switch.above is None or switch.above >= 1.0, switch
