@@ -21,6 +21,7 @@ import yaml
 
 from picker.measurements import Measurements
 from picker.profiler.records import Record, read_records
+from picker.profiler.source import DraftConfig
 from picker.profiler.summary import build_summary
 from picker.sweep import (
     CURVE_NAME,
@@ -38,12 +39,13 @@ PROFILE_DEPTH = {"cpu_lookup": 8, "draft_model": 8, "target_layer": 8, "heads": 
 
 
 @dataclass(frozen=True)
-class GridKey:
-    """A grid configuration: strategy, chain length N (or tree nodes) and tree label."""
+class GridKey(DraftConfig):
+    """A grid configuration: the profiler's draft shape (strategy, chain length N or tree nodes,
+    tree label) with the bench's short name for N and its label."""
 
-    strategy: str
-    n: int
-    tree: str | None = None
+    @property
+    def n(self) -> int:
+        return self.num_draft_tokens
 
     @property
     def label(self) -> str:
