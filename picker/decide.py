@@ -69,10 +69,8 @@ def temperature_switch(scorer: Scorer, opt: Option, bs: list[Bucket]) -> Tempera
         return TemperatureSwitch(above=None, action="none",
                                  reason=f"predicted speedup stays above 1.0x up to temperature {top:g}")
     last = paying[-1] if paying else 0.0
-    step = TEMPERATURE_GRID[1] - TEMPERATURE_GRID[0]
     return TemperatureSwitch(above=last, action="disable",
-                             reason=f"predicted speedup falls below 1.0x above temperature {last:g} "
-                                    f"(from {round(last + step, 1):g})")
+                             reason=f"predicted speedup falls below 1.0x above temperature {last:g}")
 
 
 def batch_schedule(scorer: Scorer, options: list[Option], chosen: Option, bs: list[Bucket],

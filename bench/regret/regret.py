@@ -121,7 +121,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     base_err = [abs(c["analytic"] - c["measured"]) / c["measured"] for c in cells]
     cover = [c["low"] <= c["measured"] <= c["high"] for c in cells]
     width = [(c["high"] - c["low"]) / c["predicted"] for c in cells]
-    read_back = [abs(c["analytic"] / c["profiled"] - 1.0) for r in rows for c in r.get("evidence_read_back", [])]
+    read_back = [abs(c["analytic"] / c["profiled"] - 1.0) for r in rows for c in r["evidence_read_back"]]
     cost = [r["cost"]["policy"]["forwards"] / r["cost"]["sweep"]["forwards"] for r in rows]
     secs = [r["cost"]["policy"]["seconds"] / r["cost"]["sweep"]["seconds"] for r in rows]
     return {"workloads": len(rows), "policy_vs_sweep_best_median": statistics.median(ratio) if ratio else None,

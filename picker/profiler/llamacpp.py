@@ -201,8 +201,7 @@ class LlamaCppSource:
 
     def _one(self, cell: CellKey, prompt: Prompt, params: GenParams) -> Record:
         plain = cell.is_plain
-        if plain and self.plain_url is None:
-            raise ValueError("plain cells need plain_url")  # the profiler asks only when self.plain
+        assert not plain or self.plain_url is not None  # the profiler asks for plain only when self.plain
         url = f"{self.plain_url if plain else self.url}/completion"
         history: list[str] = []
         totals = {"tokens": 0, "drafted": 0, "accepted": 0, "steps": 0}
