@@ -33,6 +33,38 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.fixture(scope="module")
+def replicate(tmp_path_factory: pytest.TempPathFactory, sweep: Path) -> Path:
+    """The same grid on other prompts (another seed), one task type only."""
+    tiny = Path(json.loads((sweep / "run.json").read_text())["target_path"])
+    out = tmp_path_factory.mktemp("replicate")
+    result = runner.invoke(app, ["sweep", "--model", str(tiny), "--artifact", f"vanilla={tiny}", "--out", str(out),
+                                 "--strategies", "vanilla,ngram", "--tasks", "code", "--temperatures", "0",
+                                 "--chain-lengths", "1,2,8", "--prompts-per-task", "3", "--max-new-tokens", "32",
+                                 "--seed", "1", "--no-curve", "--quiet"])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_replicate_sweeps_sharpen_labels_only(sweep: Path, replicate: Path) -> None:
+    """A replicate's labels join each cell's truth as a geometric mean over runs, each read against
+    its own plain baseline; the policy's records, the sweep's cost and the verify curve stay the
+    first sweep's."""
+    import math
+
+    from bench.regret.data import load_sweeps
+
+    alone, other = load_sweeps([sweep]), load_sweeps([replicate])
+    both = load_sweeps([sweep], [replicate])
+    w, w1, w2 = both.workloads[("code", 0.0)], alone.workloads[("code", 0.0)], other.workloads[("code", 0.0)]
+    assert w.records == w1.records and w.replicates == [w2.records]
+    for g in w1.truth:
+        assert w.truth[g] == pytest.approx(math.sqrt(w1.truth[g] * w2.truth[g]))
+    assert w1.truth != w2.truth                      # other prompts: the runs' labels differ
+    assert both.workloads[("math", 0.0)].truth == alone.workloads[("math", 0.0)].truth  # no replicate there
+    assert both.curve == alone.curve and both.curve_cost == alone.curve_cost
+
+
 def test_probe_is_relabelled_and_holds_only_short_draft_chains_and_plain(sweep: Path) -> None:
     from bench.regret.data import PROBE_TASK, load_sweeps, probe_records
     from bench.regret.policy import draft_kinds
@@ -90,13 +122,26 @@ def test_label_noise_recomputes_the_sweeps_own_labels(sweep: Path) -> None:
 
     data = load_sweeps([sweep])
     w = data.workloads[("code", 0.0)]
-    cells, plain = cell_totals(w)
+    cells, plain = cell_totals(w.records)
     assert plain is not None and set(cells) == {g for g in w.truth if g.strategy != "plain"}
     for g, cfg in cells.items():
         prompts = sorted(cfg)
         assert speedup(cfg, plain, prompts) == pytest.approx(w.truth[g], abs=1e-3)  # the sweep's label
         assert split_error(cfg, plain, prompts, 1) >= 0.0
-        assert bootstrap_error(cfg, plain, prompts, random.Random(0), 50) >= 0.0
+        assert bootstrap_error([(cfg, plain, prompts)], random.Random(0), 50) >= 0.0
+
+
+def test_label_noise_pools_replicates_as_the_labels_do(sweep: Path, replicate: Path) -> None:
+    from bench.regret.data import load_sweeps
+    from bench.regret.label_noise import cell_totals, pooled
+
+    w = load_sweeps([sweep], [replicate]).workloads[("code", 0.0)]
+    runs = [cell_totals(recs) for recs in [w.records, *w.replicates]]
+    for g in w.truth:
+        if g.strategy == "plain":
+            continue
+        per = [(cells[g], plain, sorted(cells[g])) for cells, plain in runs]
+        assert pooled(per, [p for _, _, p in per]) == pytest.approx(w.truth[g], rel=1e-3)
 
 
 def test_vllm_profile_rows_become_cells_with_per_position_acceptance_and_speedup() -> None:

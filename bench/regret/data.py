@@ -2,7 +2,8 @@
 
 A *workload* is one (task type, temperature) of a sweep on the zoo at batch 1. For each:
 
-- the **truth**: every grid cell's measured speedup over plain decoding (the sweep, all prompts);
+- the **truth**: every grid cell's measured speedup over plain decoding (the sweep, all prompts;
+  with replicate sweeps on other prompts, the geometric mean over the runs);
 - the **policy's profile**: what ``specpick profile`` would have measured for the policy -- one chain
   cell per strategy (``PROFILE_DEPTH``) plus the plain baseline, on the first ``k`` prompts -- cut
   from the sweep's own records (same prompts, same seeds, same loop), with its cost counted from
@@ -12,6 +13,7 @@ A *workload* is one (task type, temperature) of a sweep on the zoo at batch 1. F
 from __future__ import annotations
 
 import json
+import math
 import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -63,7 +65,8 @@ class Workload:
     temperature: float
     truth: dict[GridKey, float] = field(default_factory=dict)  # measured speedup vs plain
     truth_tps: dict[GridKey, float] = field(default_factory=dict)
-    records: list[Record] = field(default_factory=list)
+    records: list[Record] = field(default_factory=list)  # the primary sweep's (cost, cut profiles, probe)
+    replicates: list[list[Record]] = field(default_factory=list)  # other sweeps' records, one list per run
 
     @property
     def name(self) -> str:
@@ -79,12 +82,18 @@ class SweepData:
     artifacts: dict[str, str]
 
 
-def load_sweeps(dirs: list[Path]) -> SweepData:
+def load_sweeps(dirs: list[Path], replicates: list[Path] | tuple[Path, ...] = ()) -> SweepData:
     """Merge sweep folders: records, truth and the verify curve (timings of every folder pooled).
 
-    A workload (task, temperature) found in a later folder replaces the earlier folder's records of
-    it whole: cells are only comparable when measured in the same interleaved run as their plain
-    baseline.
+    A workload (task, temperature) found in a later folder of ``dirs`` replaces the earlier folder's
+    records of it whole: cells are only comparable when measured in the same interleaved run as
+    their plain baseline.
+
+    ``replicates`` are further sweeps of the same grid on *other prompts* (another ``--seed``), run
+    in other sessions. They only sharpen the labels: each run's speedups are read against that run's
+    own plain baseline and a cell's truth is the geometric mean over the runs that measured it
+    (equal weight per run). Their records never reach the policy, the profiling-cost figures (the
+    sweep's cost stays one sweep's) or the verify curve.
     """
     workloads: dict[tuple[str, float], Workload] = {}
     curve_lines: list[dict[str, Any]] = []
@@ -100,16 +109,32 @@ def load_sweeps(dirs: list[Path]) -> SweepData:
             key = (r.cell.task, r.cell.temperature)
             mine.setdefault(key, Workload(*key)).records.append(r)
         workloads.update(mine)  # a later folder re-measures a workload whole: it replaces the earlier one
+    for d in replicates:
+        by_workload: dict[tuple[str, float], list[Record]] = {}
+        for r in read_records(d / "records.jsonl")[0]:
+            by_workload.setdefault((r.cell.task, r.cell.temperature), []).append(r)
+        for key, recs in by_workload.items():
+            if key in workloads:
+                workloads[key].replicates.append(recs)
     for w in workloads.values():
-        summary = build_summary(w.records, {}, {})
-        for c in summary["cells"]:
-            if c.get("speedup_vs_plain"):
-                g = GridKey(c["strategy"], c["num_draft_tokens"], c.get("tree"))
-                w.truth[g] = c["speedup_vs_plain"]
-                w.truth_tps[g] = c["tokens_per_second"]
+        runs = [session_cells(recs) for recs in [w.records, *w.replicates]]
+        for g, (speedup, tps) in runs[0].items():
+            seen = [run[g] for run in runs if g in run]
+            w.truth[g] = seen[0][0] if len(seen) == 1 else math.exp(sum(math.log(s) for s, _ in seen) / len(seen))
+            w.truth_tps[g] = sum(t for _, t in seen) / len(seen)
     curve = tuple(ratio_curve(curve_medians(curve_lines)))
     cost = {"forwards": len(curve_lines), "seconds": sum(float(x["seconds"]) for x in curve_lines)}
     return SweepData(workloads, curve, cost, target, artifacts)
+
+
+def session_cells(records: list[Record]) -> dict[GridKey, tuple[float, float]]:
+    """(speedup over plain, tokens/s) per grid cell of one sweep run's records of a workload."""
+    out = {}
+    for c in build_summary(records, {}, {})["cells"]:
+        if c.get("speedup_vs_plain"):
+            out[GridKey(c["strategy"], c["num_draft_tokens"], c.get("tree"))] = (
+                c["speedup_vs_plain"], c["tokens_per_second"])
+    return out
 
 
 def _prompt_index(pid: str) -> int:

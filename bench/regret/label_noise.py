@@ -10,28 +10,36 @@ Two figures, from the sweep's records alone (no model involved):
   median relative distance of the resampled speedup from the label, median over cells. A perfect
   predictor of each cell's expected speedup would show roughly this median error against the labels.
 
+With replicate sweeps (``--replicate``: the same grid on other prompts, another session) the label
+is the geometric mean over the runs (as ``data.load_sweeps`` builds it); the bootstrap then resamples
+each run's prompts apart, and a third figure sets each run's label against the other's (other
+prompts *and* another session: the plainest check of how far an 8-prompt label moves).
+
     $ python -m bench.regret.label_noise --sweep runs/sweep-a --sweep runs/sweep-b
+    $ python -m bench.regret.label_noise --sweep runs/sweep-a --sweep runs/sweep-b --replicate runs/sweep-c0
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import math
 import random
 import statistics
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench.regret.data import GridKey, Workload, load_sweeps
+from bench.regret.data import GridKey, load_sweeps
+from picker.profiler.records import Record
 
 Totals = dict[str, tuple[float, float]]  # prompt id -> (tokens, wall seconds)
 
 
-def cell_totals(w: Workload) -> tuple[dict[GridKey, Totals], Totals | None]:
-    """Per grid configuration, each prompt's (tokens, seconds); and plain decoding's."""
+def cell_totals(records: list[Record]) -> tuple[dict[GridKey, Totals], Totals | None]:
+    """Per grid configuration, each prompt's (tokens, seconds); and plain decoding's (one sweep run)."""
     cells: dict[GridKey, Totals] = defaultdict(dict)
-    for r in w.records:
+    for r in records:
         cells[GridKey(r.cell.strategy, r.cell.num_draft_tokens, r.cell.tree)][r.prompt_ids[0]] = (
             float(r.tokens), float(r.wall_s))
     plain = cells.pop(GridKey("plain", 0), None)
@@ -55,42 +63,62 @@ def split_error(cfg: Totals, plain: Totals, prompts: Sequence[str], k: int) -> f
     return statistics.median(errs)
 
 
-def bootstrap_error(cfg: Totals, plain: Totals, prompts: Sequence[str], rng: random.Random, draws: int) -> float:
-    """Median |S* / S − 1| of the label S over prompt resamples S*."""
-    full = speedup(cfg, plain, prompts)
+Run = tuple[Totals, Totals, list[str]]  # (configuration, plain, the prompts both ran) of one sweep run
+
+
+def pooled(runs: Sequence[Run], picks: Sequence[Sequence[str]]) -> float:
+    """The label: geometric mean over runs of each run's speedup on its ``picks``."""
+    logs = [math.log(speedup(cfg, plain, pick)) for (cfg, plain, _), pick in zip(runs, picks)]
+    return math.exp(sum(logs) / len(logs))
+
+
+def bootstrap_error(runs: Sequence[Run], rng: random.Random, draws: int) -> float:
+    """Median |S* / S − 1| of the label S over resamples S* of each run's prompts."""
+    full = pooled(runs, [prompts for _, _, prompts in runs])
     errs = []
     for _ in range(draws):
-        pick = [rng.choice(prompts) for _ in prompts]
-        errs.append(abs(speedup(cfg, plain, pick) / full - 1.0))
+        picks = [[rng.choice(prompts) for _ in prompts] for _, _, prompts in runs]
+        errs.append(abs(pooled(runs, picks) / full - 1.0))
     return statistics.median(errs)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sweep", type=Path, action="append", required=True, help="sweep folder (repeatable)")
+    ap.add_argument("--replicate", type=Path, action="append", default=[],
+                    help="a replicate sweep on other prompts (repeatable), as for bench.regret.regret")
     ap.add_argument("--draws", type=int, default=400, help="bootstrap resamples per cell")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
-    data = load_sweeps(args.sweep)
+    data = load_sweeps(args.sweep, args.replicate)
     rng = random.Random(args.seed)
     halves: dict[int, list[float]] = defaultdict(list)
     boot: list[float] = []
+    between: list[float] = []
     for w in data.workloads.values():
-        cells, plain = cell_totals(w)
-        if plain is None:
-            continue
-        for cfg in cells.values():
-            prompts = sorted(set(cfg) & set(plain))
-            if len(prompts) < 4:
+        sessions = [cell_totals(recs) for recs in [w.records, *w.replicates]]
+        for g, cfg in sessions[0][0].items():
+            runs = []
+            for cells, plain in sessions:
+                if plain is not None and g in cells and len(prompts := sorted(set(cells[g]) & set(plain))) >= 4:
+                    runs.append((cells[g], plain, prompts))
+            if not runs or runs[0][0] is not cfg:
                 continue
-            for k in (3, len(prompts) // 2):
-                halves[k].append(split_error(cfg, plain, prompts, k))
-            boot.append(bootstrap_error(cfg, plain, prompts, rng, args.draws))
-    print(f"{len(boot)} grid cells with their plain baseline on the same prompts")
+            main_cfg, main_plain, main_prompts = runs[0]
+            for k in (3, len(main_prompts) // 2):
+                halves[k].append(split_error(main_cfg, main_plain, main_prompts, k))
+            boot.append(bootstrap_error(runs, rng, args.draws))
+            between += [abs(speedup(main_cfg, main_plain, main_prompts) / speedup(c, p, ps) - 1.0)
+                        for c, p, ps in runs[1:]]
+    print(f"{len(boot)} grid cells with their plain baseline on the same prompts; "
+          f"{1 + len(args.replicate)} run(s) per label")
     print("| figure | median over cells |")
     print("|---|---|")
     for k, errs in sorted(halves.items()):
-        print(f"| speedup on {k} prompts vs the cell's other prompts | {statistics.median(errs):.1%} |")
+        print(f"| speedup on {k} prompts vs the cell's other prompts (first sweep) | {statistics.median(errs):.1%} |")
+    if between:
+        print("| first sweep's label vs a replicate's (other prompts, other session) | "
+              f"{statistics.median(between):.1%} |")
     floor = statistics.median(boot)
     print(f"| label vs prompt-bootstrap of itself (a perfect predictor's error, roughly) | {floor:.1%} |")
 

@@ -137,6 +137,9 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sweep", type=Path, action="append", required=True, help="sweep folder (repeatable)")
+    ap.add_argument("--replicate", type=Path, action="append", default=[],
+                    help="a further sweep of the grid on other prompts (--seed): sharpens the labels only "
+                         "(geometric mean over runs); never the policy's evidence or the sweep's cost")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--profile", type=Path, action="append", default=None,
                     help="the policy's own `specpick profile` run (repeatable; default: cut from the sweep)")
@@ -147,7 +150,7 @@ def main() -> None:
                     help="give the policy the drafter probe (one N=1 chain per draft model / EAGLE layer, "
                          "one prompt, shared by all workloads; its cost is charged like the verify curve)")
     args = ap.parse_args()
-    data = load_sweeps(args.sweep)
+    data = load_sweeps(args.sweep, args.replicate)
     keys = sorted(data.workloads)
     profiled = load_profile_records(args.profile) if args.profile else {}
     probe = probe_records(data, draft_kinds()) if args.probe else []
@@ -168,7 +171,8 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     # A sweep at one temperature has no held-out-temperature split.
     by_split = {s: summarize(mine) for s in ("loto", "temp") if (mine := [r for r in rows if r["split"].startswith(s)])}
-    result = {"sweeps": [str(s) for s in args.sweep], "profile": [str(p) for p in args.profile or []],
+    result = {"sweeps": [str(s) for s in args.sweep], "replicates": [str(s) for s in args.replicate],
+              "profile": [str(p) for p in args.profile or []],
               "profile_prompts": args.profile_prompts, "probe": args.probe,
               "curve": data.curve, "summary": by_split, "rows": rows}
     (args.out / "regret.json").write_text(json.dumps(result, indent=2, default=str))
@@ -196,9 +200,12 @@ def save_artifact(path: Path, every: list[Prepared], data: SweepData, held_out: 
         "name": "zoo-ci reference-loop policy",
         "intended_use": "the zoo ci target on the reference engine (picker.loop) on a CPU, batch 1; "
                         "outside that domain the recommendation falls back to the analytic model",
-        "training_data": {"sweeps": [str(s) for s in args.sweep], "target": data.target_path,
+        "training_data": {"sweeps": [str(s) for s in args.sweep], "replicates": [str(s) for s in args.replicate],
+                          "target": data.target_path,
                           "workloads": [p.workload.name for p in every], "rows": len(y),
-                          "label": "measured speedup over plain decoding (tokens/s incl. prefill, 48 new tokens)",
+                          "label": "measured speedup over plain decoding (tokens/s incl. prefill, 48 new tokens)"
+                                   + ("; geometric mean over the sweep and its replicates (other prompts)"
+                                      if args.replicate else ""),
                           "evidence": (f"each workload's own `specpick profile` runs ({[str(p) for p in args.profile]})" if args.profile
                                        else f"each workload's cheap profile cut from the sweep: one chain cell per "
                                             f"strategy on its first {args.profile_prompts} prompts, plus plain")

@@ -79,7 +79,7 @@ def choices(regret: dict[str, Any], workloads: list[tuple[str, float]]) -> dict[
     from bench.regret.data import load_profile_records, load_sweeps, probe_records
     from bench.regret.policy import decide, draft_kinds, fit, prepare
 
-    data = load_sweeps([Path(s) for s in regret["sweeps"]])
+    data = load_sweeps([Path(s) for s in regret["sweeps"]], [Path(s) for s in regret.get("replicates", [])])
     profiled = load_profile_records([Path(p) for p in regret["profile"]]) if regret["profile"] else {}
     keys = sorted(data.workloads)
     probe = probe_records(data, draft_kinds()) if regret.get("probe") else []

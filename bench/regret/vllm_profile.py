@@ -101,7 +101,7 @@ def decide_on_vllm(regret: dict[str, Any], cells: list[dict[str, Any]], workload
     from bench.regret.policy import decide, prepare
     from picker.measurements import Measurements
 
-    data = load_sweeps([Path(s) for s in regret["sweeps"]])
+    data = load_sweeps([Path(s) for s in regret["sweeps"]], [Path(s) for s in regret.get("replicates", [])])
     m = Measurements.model_validate({"cells": cells, "source": "vllm profile", "run": {"backend": "vllm"}})
     out = {}
     for k in workloads:
