@@ -68,9 +68,11 @@ def temperature_switch(scorer: Scorer, opt: Option, bs: list[Bucket]) -> Tempera
     if paying and paying[-1] == top:
         return TemperatureSwitch(above=None, action="none",
                                  reason=f"predicted speedup stays above 1.0x up to temperature {top:g}")
-    last = paying[-1] if paying else 0.0
-    return TemperatureSwitch(above=last, action="disable",
-                             reason=f"predicted speedup falls below 1.0x above temperature {last:g}")
+    if not paying:
+        return TemperatureSwitch(above=0.0, action="disable",
+                                 reason="predicted speedup is below 1.0x at every temperature")
+    return TemperatureSwitch(above=paying[-1], action="disable",
+                             reason=f"predicted speedup falls below 1.0x above temperature {paying[-1]:g}")
 
 
 def batch_schedule(scorer: Scorer, options: list[Option], chosen: Option, bs: list[Bucket],

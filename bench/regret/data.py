@@ -13,7 +13,7 @@ A *workload* is one (task type, temperature) of a sweep on the zoo at batch 1. F
 from __future__ import annotations
 
 import json
-import math
+import statistics
 import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -118,10 +118,10 @@ def load_sweeps(dirs: list[Path], replicates: list[Path] | tuple[Path, ...] = ()
                 workloads[key].replicates.append(recs)
     for w in workloads.values():
         runs = [session_cells(recs) for recs in [w.records, *w.replicates]]
-        for g, (speedup, tps) in runs[0].items():
+        for g in runs[0]:
             seen = [run[g] for run in runs if g in run]
-            w.truth[g] = seen[0][0] if len(seen) == 1 else math.exp(sum(math.log(s) for s, _ in seen) / len(seen))
-            w.truth_tps[g] = sum(t for _, t in seen) / len(seen)
+            w.truth[g] = statistics.geometric_mean(s for s, _ in seen)
+            w.truth_tps[g] = statistics.fmean(t for _, t in seen)
     curve = tuple(ratio_curve(curve_medians(curve_lines)))
     cost = {"forwards": len(curve_lines), "seconds": sum(float(x["seconds"]) for x in curve_lines)}
     return SweepData(workloads, curve, cost, target, artifacts)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import math
 import random
 import statistics
 from collections import defaultdict
@@ -66,10 +65,18 @@ def split_error(cfg: Totals, plain: Totals, prompts: Sequence[str], k: int) -> f
 Run = tuple[Totals, Totals, list[str]]  # (configuration, plain, the prompts both ran) of one sweep run
 
 
+def one_run(cells: dict[GridKey, Totals], plain: Totals | None, g: GridKey, least: int = 4) -> Run | None:
+    """Configuration ``g`` of one sweep run with its plain baseline on the prompts both ran (at
+    least ``least`` of them), or None."""
+    if plain is None or g not in cells:
+        return None
+    prompts = sorted(set(cells[g]) & set(plain))
+    return (cells[g], plain, prompts) if len(prompts) >= least else None
+
+
 def pooled(runs: Sequence[Run], picks: Sequence[Sequence[str]]) -> float:
     """The label: geometric mean over runs of each run's speedup on its ``picks``."""
-    logs = [math.log(speedup(cfg, plain, pick)) for (cfg, plain, _), pick in zip(runs, picks)]
-    return math.exp(sum(logs) / len(logs))
+    return statistics.geometric_mean(speedup(cfg, plain, pick) for (cfg, plain, _), pick in zip(runs, picks))
 
 
 def bootstrap_error(runs: Sequence[Run], rng: random.Random, draws: int) -> float:
@@ -97,19 +104,16 @@ def main() -> None:
     between: list[float] = []
     for w in data.workloads.values():
         sessions = [cell_totals(recs) for recs in [w.records, *w.replicates]]
-        for g, cfg in sessions[0][0].items():
-            runs = []
-            for cells, plain in sessions:
-                if plain is not None and g in cells and len(prompts := sorted(set(cells[g]) & set(plain))) >= 4:
-                    runs.append((cells[g], plain, prompts))
-            if not runs or runs[0][0] is not cfg:
+        for g in sessions[0][0]:
+            first = one_run(*sessions[0], g)
+            if first is None:
                 continue
-            main_cfg, main_plain, main_prompts = runs[0]
-            for k in (3, len(main_prompts) // 2):
-                halves[k].append(split_error(main_cfg, main_plain, main_prompts, k))
-            boot.append(bootstrap_error(runs, rng, args.draws))
-            between += [abs(speedup(main_cfg, main_plain, main_prompts) / speedup(c, p, ps) - 1.0)
-                        for c, p, ps in runs[1:]]
+            others = [run for s in sessions[1:] if (run := one_run(*s, g)) is not None]
+            cfg, plain, prompts = first
+            for k in sorted({3, len(prompts) // 2}):
+                halves[k].append(split_error(cfg, plain, prompts, k))
+            boot.append(bootstrap_error([first, *others], rng, args.draws))
+            between += [abs(speedup(cfg, plain, prompts) / speedup(c, p, ps) - 1.0) for c, p, ps in others]
     print(f"{len(boot)} grid cells with their plain baseline on the same prompts; "
           f"{1 + len(args.replicate)} run(s) per label")
     print("| figure | median over cells |")
