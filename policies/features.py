@@ -143,9 +143,32 @@ def drafted_length(c: Candidate, alpha: float | None = None) -> float:
         # i.i.d. chain, or the best tree under the sibling model: measured sibling odds where the
         # profile has them, else α for every rank.
         return analytic_length(c.config, a, ev.siblings if c.is_tree else ())
-    scale = a / ev.alpha if ev.alpha > 0 else 0.0
-    pp = ev.per_position if alpha is None else [min(1.0, p * scale) for p in ev.per_position]
-    return chain_length_positions(pp, a, c.depth)
+    return chain_length_positions(_positions(ev, alpha), a, c.depth)
+
+
+def _positions(ev: Evidence, alpha: float | None) -> Sequence[float]:
+    if alpha is None:
+        return ev.per_position
+    scale = alpha / ev.alpha if ev.alpha > 0 else 0.0
+    return [min(1.0, p * scale) for p in ev.per_position]
+
+
+def drafted_moment(c: Candidate, alpha: float | None = None) -> float:
+    """E[L(L − 1)] of a step that drafted: what sets how far the step crossing the output limit
+    overshoots it. A chain with measured per-position rates has the whole distribution of L,
+    P(L > k) = Π_{j≤k} a_j, so E[L(L − 1)] = 2 Σ_k k·P(L > k); elsewhere (trees, lookahead's
+    measured τ, no positions) L is taken as constant, E[L](E[L] − 1)."""
+    ev = c.evidence
+    e = drafted_length(c, alpha)
+    if c.is_tree or not ev.per_position or (c.caps.draft_cost == "in_forward" and ev.tau is not None):
+        return e * (e - 1.0)
+    a = min(max(ev.alpha if alpha is None else alpha, 0.0), 1.0)
+    pp = _positions(ev, alpha)
+    total, reach = 0.0, 1.0
+    for k in range(1, c.depth + 1):
+        reach *= pp[k - 1] if k - 1 < len(pp) else a
+        total += 2.0 * k * reach
+    return total
 
 
 def draft_step_share(share: float, length: float) -> float:
@@ -209,24 +232,44 @@ def step_ratio(c: Candidate) -> float:
     plain = curve_ratio(cost.verify, b)
     # A batch of B sequences with m tokens each is read as B·m tokens in flight (stated in picker.sweep).
     verify = curve_ratio(cost.verify, b * m) / plain
-    units = draft_units(c.caps, c)
+    units = draft_units(c.caps, c) * tree_width(c, cost.verify)
     drafting = (cost.draft_fixed + units * cost.draft_unit) if units else 0.0
     return drafting + f * verify + (1.0 - f)
 
 
-def steps_per_generation(length: float, out_tokens: float) -> float:
+def tree_width(c: Candidate, curve: Sequence[tuple[float, float]]) -> float:
+    """A tree's drafting forwards in chain-forward units, per depth: the first depth drafts from the
+    one root, each later one runs the drafter over the ``topk`` nodes it expands. The drafter's own
+    cost at k tokens is not measured (the profile drafts chains); the verify curve's rise from 1 to
+    k tokens stands in for it. Before this, a tree counted one chain forward per depth whatever its
+    top-k: the zoo's EAGLE-3 trees at top-k 4 drafted 17-32% more per step than chains of their depth.
+    1 for chains and for drafters whose cost does not grow with the depth forwards."""
+    if not c.is_tree or c.topk <= 1 or c.depth <= 1 or c.caps.draft_cost not in ("draft_model", "target_layer"):
+        return 1.0
+    return (1.0 + (c.depth - 1) * curve_ratio(curve, float(c.topk))) / c.depth
+
+
+def steps_per_generation(length: float, out_tokens: float, drafted: float | None = None,
+                         moment: float | None = None) -> float:
     """Decode steps to emit ``out_tokens`` (the prefill emits the first) at ``length`` tokens a step.
 
-    The last step's surplus is cut at the output limit: by renewal theory a step that crosses the
-    limit overshoots it by about (L − 1)/2 tokens when steps emit a near-constant L (the regime where
-    it matters: high acceptance). Over a few hundred tokens this is noise; over 48 tokens at L = 8
-    it is one step in eight, which a bare T/L would leave out (seen on the zoo as tokens per step
-    7.7 against an accept length of 8.3).
+    The last step's surplus is cut at the output limit: by renewal theory the step that crosses the
+    limit overshoots it by E[L(L − 1)] / (2 E[L]) tokens. ``moment`` is E[L(L − 1)] of a drafting
+    step (:func:`drafted_moment`); without it L is taken as constant, (L − 1)/2. When only some
+    steps draft (``drafted`` = E[L] of those, the rest emit one token, as prompt lookup without a
+    match) the long steps are the ones that cross the limit: a share f of steps gives
+    f·E[L(L − 1)] / (2 E[L]) over all steps, more than (L − 1)/2 at the same mean. Over a few hundred
+    tokens this is noise; over 48 tokens at L = 8 it is one step in eight, which a bare T/L would
+    leave out (seen on the zoo as tokens per step 7.7 against an accept length of 8.3).
     """
     decode = max(out_tokens - 1.0, 0.0)
     if decode <= 0:
         return 0.0
-    return max((decode + (length - 1.0) / 2.0) / length, 1.0)
+    surplus = (length - 1.0) / 2.0 if moment is None else moment / (2.0 * length)
+    if drafted is not None and drafted > length > 1.0:
+        f = (length - 1.0) / (drafted - 1.0)  # L = f·E + (1 − f)
+        surplus = f * (drafted * (drafted - 1.0) if moment is None else moment) / (2.0 * length)
+    return max((decode + surplus) / length, 1.0)
 
 
 def points_ratio(points: Sequence[tuple[float, float]], n: float) -> float:
@@ -275,13 +318,23 @@ def live_step_points(cells: Sequence[Any]) -> tuple[tuple[float, float], ...]:
     return tuple((n, sorted(rs)[len(rs) // 2]) for n, rs in sorted(by_n.items()))
 
 
-def _speedup(c: Candidate, length: float, ratio: float) -> float:
+def generation_steps(c: Candidate, alpha: float | None = None) -> float:
+    """Decode steps of one generation of the evidence's output length (:func:`steps_per_generation`
+    at this candidate's tokens per step; its drafting steps' length where only some steps draft)."""
+    cost = c.evidence.cost
+    if cost is None or cost.output_tokens <= 1:
+        raise ValueError("generation steps need measured costs with an output length")
+    drafted = drafted_length(c, alpha) if cost.draft_share < 1.0 else None
+    return steps_per_generation(expected_length(c, alpha), cost.output_tokens, drafted, drafted_moment(c, alpha))
+
+
+def _speedup(c: Candidate, ratio: float, alpha: float | None = None) -> float:
     cost = c.evidence.cost
     if cost is not None and cost.output_tokens > 1:
         # Plain decoding: the fixed time F (prefill, set-up) and T − 1 one-token steps.
         decode, fixed = cost.output_tokens - 1.0, cost.fixed_steps
-        return (fixed + decode) / (fixed + steps_per_generation(length, cost.output_tokens) * ratio)
-    return length / ratio
+        return (fixed + decode) / (fixed + generation_steps(c, alpha) * ratio)
+    return expected_length(c, alpha) / ratio
 
 
 def base_speedup(c: Candidate, ratio: float | None = None) -> float:
@@ -289,16 +342,16 @@ def base_speedup(c: Candidate, ratio: float | None = None) -> float:
 
     ``ratio`` is :func:`step_ratio` when the caller has it cached (it does not depend on α).
     """
-    return _speedup(c, expected_length(c), step_ratio(c) if ratio is None else ratio)
+    return _speedup(c, step_ratio(c) if ratio is None else ratio)
 
 
 def base_range(c: Candidate, ratio: float | None = None) -> tuple[float, float, float]:
     """(mean, low, high) analytic speedup over the evidence's α range."""
     ev = c.evidence
     r = step_ratio(c) if ratio is None else ratio
-    mean = _speedup(c, expected_length(c), r)
-    lo = _speedup(c, expected_length(c, ev.alpha_low), r)
-    hi = _speedup(c, expected_length(c, ev.alpha_high), r)
+    mean = _speedup(c, r)
+    lo = _speedup(c, r, ev.alpha_low)
+    hi = _speedup(c, r, ev.alpha_high)
     return mean, min(lo, mean), max(hi, mean)
 
 
@@ -334,7 +387,7 @@ def feature_row(c: Candidate, ratio: float | None = None) -> list[float]:
     if cost is not None and cost.output_tokens > 0:
         fixed_share = cost.fixed_steps / (cost.fixed_steps + cost.output_tokens)
     return [
-        math.log(max(_speedup(c, length, ratio), 1e-9)), math.log(length), math.log(ratio),
+        math.log(max(_speedup(c, ratio), 1e-9)), math.log(length), math.log(ratio),
         float(caps.needs_draft_model), float(caps.needs_hidden_states), float(caps.trainable_heads),
         float(caps.tree), float(caps.deterministic_draft),
         *(float(caps.draft_cost == k) for k in DRAFT_COST_KINDS),
@@ -427,10 +480,13 @@ def cost_from_cell(cell: Any, caps: Capabilities,
     rate = draft_steps / steps
     accepted, tokens, samples = _num(cell, "accepted_tokens"), _num(cell, "tokens"), _num(cell, "samples")
     share = 1.0
-    if rate < 1.0 and accepted is not None and tokens and samples and tokens > samples:
-        # Output of drafting steps (each emits its accepted drafts + one) over all decode output
-        # (the prefill emits one token per generation).
-        share = min(1.0, (draft_steps + accepted) / (tokens - samples))
+    if rate < 1.0 and accepted is not None:
+        # Output of drafting steps (each emits its accepted drafts + one) over the output of all
+        # steps, counted before the output limit cuts the last step: the emitted total (less one
+        # prefill token per generation) leaves out the cut tokens, which only drafting steps have,
+        # so it would overstate φ where a drafting step often crosses the limit.
+        drafting = draft_steps + accepted
+        share = min(1.0, drafting / (drafting + steps - draft_steps))
     nodes = (drafted / draft_steps / n) if draft_steps else 1.0
     seconds = _num(cell, "seconds")
     fixed = out = 0.0

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+import random
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -179,7 +182,8 @@ def test_evidence_from_a_profiler_cell() -> None:
             "accepted_tokens": 95}
     ev = evidence_from_cell(cell, Capabilities(deterministic_draft=True, draft_cost="cpu_lookup"))
     assert ev.source == "measured" and ev.alpha == 0.7 and ev.per_position == (0.9, 0.6)
-    assert ev.cost.draft_share == pytest.approx((50 + 95) / (300 - 5))  # output of drafting steps
+    # Output of drafting steps over the output of all steps, cut tokens included (50 empty steps).
+    assert ev.cost.draft_share == pytest.approx((50 + 95) / (50 + 95 + 50))
     assert ev.cost.nodes_per_token == pytest.approx(0.75)       # 3 of 4 nominal drafts per drafting step
     assert ev.cost.draft_unit == pytest.approx(0.002 * 150 / 100 / 0.01)  # one lookup per step, plain step 10 ms
     assert ev.cost.verify[-1][1] == pytest.approx(1.2)          # mean 1.1 mixes drafting (1.2) and empty steps (1.0)
@@ -236,6 +240,25 @@ def _chain_cell(n: int, per_step_draft: float, steps: int = 10, plain: float = 0
             "draft_tokens": drafted, "draft_steps": steps, "alpha_iid": 0.6}
 
 
+def test_a_tree_drafts_over_its_top_k_nodes_at_each_later_depth() -> None:
+    """Depth 1 drafts from the root; depths 2..D run the drafter over top-k nodes, charged at the
+    verify curve's ratio for k tokens. A chain (top-k 1) and Medusa's heads are as before."""
+    from policies.features import step_ratio, tree_width
+
+    layer = Capabilities(needs_hidden_states=True, tree=True, draft_cost="target_layer")
+    curve = ((1.0, 1.0), (4.0, 1.3), (16.0, 1.6))
+    ev = Evidence(0.8, 0.8, 0.8, "measured", cost=CostEvidence(0.25, verify=curve, draft_fixed=0.1))
+    tree = Candidate(layer, depth=4, topk=4, tokens=12, evidence=ev)
+    chain = Candidate(layer, depth=4, evidence=ev)
+    assert tree_width(chain, curve) == 1.0
+    assert tree_width(tree, curve) == pytest.approx((1 + 3 * 1.3) / 4)
+    verify_gap = step_ratio(replace(tree, caps=Capabilities(tree=True, draft_cost="in_forward"))) - \
+        step_ratio(replace(chain, caps=Capabilities(tree=True, draft_cost="in_forward")))
+    assert step_ratio(tree) - step_ratio(chain) == pytest.approx(verify_gap + 3 * 0.3 * 0.25)
+    heads = Capabilities(trainable_heads=True, tree=True, draft_cost="heads")
+    assert tree_width(replace(tree, caps=heads), curve) == 1.0
+
+
 def test_two_chain_lengths_split_the_drafting_cost() -> None:
     from policies.features import split_draft_cost, step_ratio
 
@@ -265,6 +288,59 @@ def test_the_last_step_is_cut_at_the_output_limit() -> None:
         0.95, 0.95, 0.95, "measured", cost=CostEvidence(0.0, verify=curve, output_tokens=t))) for t in (24, 4000))
     # At near-full acceptance a 24-token output wastes part of its last step; 4000 tokens do not.
     assert base_speedup(short) < 0.9 * base_speedup(long)
+
+
+@pytest.mark.parametrize(("f", "e"), [(0.2, 9.0), (0.3, 8.0), (0.6, 5.0)])
+def test_mixed_steps_overshoot_the_limit_by_their_long_steps(f: float, e: float) -> None:
+    """Prompt lookup: a share f of steps drafts E tokens, the rest one. Counted step by step, the
+    mean number of steps to emit 31 tokens matches the renewal formula; the all-drafting (L - 1)/2
+    at the same mean counts too few (it leaves out that only the long steps overshoot)."""
+    from policies.features import steps_per_generation
+
+    rng = random.Random(0)
+    runs, decode = 20000, 31
+    total = 0
+    for _ in range(runs):
+        emitted = 0
+        while emitted < decode:
+            emitted += int(e) if rng.random() < f else 1
+            total += 1
+    simulated = total / runs
+    mean = f * e + 1.0 - f
+    assert steps_per_generation(mean, decode + 1, e) == pytest.approx(simulated, rel=0.02)
+    if f <= 0.3:  # few long steps: the gap is widest
+        assert abs(steps_per_generation(mean, decode + 1) - simulated) > 0.04 * simulated
+
+
+def test_a_chains_spread_of_accept_lengths_sets_its_overshoot() -> None:
+    """Accept lengths drawn from per-position rates, counted step by step: the steps to emit 31
+    tokens match the renewal formula with the chain's E[L(L - 1)] (P(L > k) = a_1···a_k); a
+    constant L at the same mean undercounts them."""
+    from policies.features import drafted_length, drafted_moment, steps_per_generation
+
+    pp = (0.95, 0.9, 0.9, 0.85, 0.8, 0.8, 0.8, 0.8)
+    c = Candidate(DRAFT, depth=8, evidence=Evidence(0.8, 0.8, 0.8, "measured", per_position=pp))
+    e, moment = drafted_length(c), drafted_moment(c)
+    # E[L(L - 1)] from the distribution itself: P(L = l) = a_1···a_{l-1} (1 - a_l), L = 9 takes all.
+    probs = [math.prod(pp[:lng - 1]) * (1 - pp[lng - 1]) for lng in range(1, 9)] + [math.prod(pp)]
+    exact = sum(lng * (lng - 1) * p for lng, p in zip(range(1, 10), probs))
+    assert sum(probs) == pytest.approx(1.0) and sum(lng * p for lng, p in zip(range(1, 10), probs)) == pytest.approx(e)
+    assert moment == pytest.approx(exact)
+    rng = random.Random(0)
+    runs, decode, total = 20000, 31, 0
+    for _ in range(runs):
+        emitted = 0
+        while emitted < decode:
+            length = 1
+            for p in pp:
+                if rng.random() >= p:
+                    break
+                length += 1
+            emitted += length
+            total += 1
+    simulated = total / runs
+    assert steps_per_generation(e, decode + 1, None, moment) == pytest.approx(simulated, rel=0.005)
+    assert steps_per_generation(e, decode + 1) < 0.99 * simulated
 
 
 def test_live_cells_give_step_ratios_that_reproduce_their_speedup() -> None:

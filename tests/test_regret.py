@@ -103,11 +103,18 @@ def test_regret_run_chooses_inside_the_grid_and_charges_its_cost(sweep: Path, tm
         assert r["cost"]["policy"]["forwards"] < r["cost"]["sweep"]["forwards"]
         assert all(c["low"] <= c["predicted"] <= c["high"] for c in r["cells"])
     assert result["summary"]["loto"]["cells"] == sum(len(r["cells"]) for r in rows if r["split"].startswith("loto"))
-    # The model reads its own evidence back: the profiled configurations' predicted speedups near
-    # the speedups the profile measured for them (same records, so no prompt or session noise).
-    print("evidence read back:", result["summary"]["loto"]["evidence_read_back_error"])
+    # The model reads its own evidence back (same records, so no prompt or session noise). Untimed:
+    # the decode steps it counts for the profiled configurations match the steps the profile took
+    # (prompt lookup drafts on a share of steps and hits the 32-token limit: a misread share or cut
+    # last step shows here: 13% off before the share counted cut tokens). Timed: predicted speedups
+    # near the measured ones. Those also carry the noise between the plain and the speculative runs
+    # of 0.1-s cells, which the model's floors rightly do not follow (a verify step measured cheaper
+    # than a plain forward): 0.009-0.092 over six fixture sweeps, so only a gross misread fails it.
+    summary = result["summary"]["loto"]
+    print("evidence read back:", summary["evidence_read_back_error"], summary["evidence_read_back_steps_error"])
     assert all(r["evidence_read_back"] for r in rows)
-    assert result["summary"]["loto"]["evidence_read_back_error"] < 0.1
+    assert summary["evidence_read_back_steps_error"] < 0.05
+    assert summary["evidence_read_back_error"] < 0.25
     # Replicates: two draws of one shape side by side, each figure's median and range.
     from bench.regret.replicates import figures, table
 

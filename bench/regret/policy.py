@@ -29,7 +29,7 @@ from picker.recommendation import Recommendation
 from picker.sweep import parse_tree_label
 from policies import analytic
 from policies.estimator import SpeedupEstimator
-from policies.features import FEATURES, base_speedup, feature_matrix
+from policies.features import FEATURES, base_speedup, feature_matrix, generation_steps
 
 OUT_TOKENS = 48
 # The learned correction is not carried beyond the temperatures and batch sizes it was fitted on.
@@ -132,7 +132,9 @@ def read_back(p: Prepared, data: SweepData) -> list[dict[str, Any]]:
         cost = cand.evidence.cost
         if cost is not None:
             cand = replace(cand, evidence=replace(cand.evidence, cost=replace(cost, output_tokens=tokens / c.samples)))
-        out.append({"config": g.label, "profiled": float(c.speedup_vs_plain), "analytic": base_speedup(cand)})
+        out.append({"config": g.label, "profiled": float(c.speedup_vs_plain), "analytic": base_speedup(cand),
+                    # The untimed half: decode steps per generation, measured and as the model counts them.
+                    "profiled_steps": float(c.decode_steps) / c.samples, "analytic_steps": generation_steps(cand)})
     return out
 
 

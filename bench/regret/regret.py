@@ -122,6 +122,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     cover = [c["low"] <= c["measured"] <= c["high"] for c in cells]
     width = [(c["high"] - c["low"]) / c["predicted"] for c in cells]
     read_back = [abs(c["analytic"] / c["profiled"] - 1.0) for r in rows for c in r["evidence_read_back"]]
+    steps_back = [abs(c["analytic_steps"] / c["profiled_steps"] - 1.0) for r in rows for c in r["evidence_read_back"]]
     cost = [r["cost"]["policy"]["forwards"] / r["cost"]["sweep"]["forwards"] for r in rows]
     secs = [r["cost"]["policy"]["seconds"] / r["cost"]["sweep"]["seconds"] for r in rows]
     return {"workloads": len(rows), "policy_vs_sweep_best_median": statistics.median(ratio) if ratio else None,
@@ -130,6 +131,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "median_rel_error": statistics.median(err), "median_rel_error_analytic": statistics.median(base_err),
             "coverage": sum(cover) / len(cover), "median_range_width": statistics.median(width),
             "cells": len(cells), "evidence_read_back_error": statistics.median(read_back) if read_back else None,
+            "evidence_read_back_steps_error": max(steps_back) if steps_back else None,
             "cost_forwards_ratio": statistics.median(cost),
             "cost_seconds_ratio": statistics.median(secs)}
 
