@@ -293,9 +293,12 @@ def points_ratio(points: Sequence[tuple[float, float]], n: float) -> float:
 
 def live_step_ratio(cell: Any) -> tuple[float, float] | None:
     """(N, R): the step ratio a live chain cell implies -- speedup s = (T − 1) / (S·R) with S the decode
-    steps of a T-token generation at the cell's tokens per step -- for engines that report tokens/s and
-    acceptance but no step timings (vLLM, llama.cpp). The prefill and request overhead are folded
-    into R (no fixed term: the engine does not report it). None without a speedup or acceptance."""
+    steps per request -- for engines that report tokens/s and acceptance but no step timings (vLLM,
+    llama.cpp). S is the steps the engine counted where it reports them (the last step already cut at
+    the output limit: adding :func:`steps_per_generation`'s overshoot to the emitted tokens per step
+    would count the cut twice, and predictions at this N would come out (L − 1)/(2(T − 1)) too high),
+    else :func:`steps_per_generation` at the accept length. The prefill and request overhead are
+    folded into R (no fixed term: the engine does not report it). None without a speedup or acceptance."""
     n, s = _num(cell, "num_draft_tokens"), _num(cell, "speedup_vs_plain")
     tokens, samples, tau = _num(cell, "tokens"), _num(cell, "samples"), _num(cell, "tau")
     if not (n and s and tokens and samples and tau):
@@ -303,9 +306,9 @@ def live_step_ratio(cell: Any) -> tuple[float, float] | None:
     steps, forwards = _num(cell, "decode_steps"), _num(cell, "target_forwards")
     # Requests: one prefill forward each (a live sample is a wave of requests, a prompt has turns).
     requests = forwards - steps if forwards and steps and forwards > steps else samples
-    per_step = (tokens - requests) / steps if steps else tau  # drafting and non-drafting steps alike
     out = tokens / requests
-    return n, (out - 1.0) / (steps_per_generation(max(per_step, 1.0), out) * s)
+    per_request = steps / requests if steps else steps_per_generation(max(tau, 1.0), out)
+    return n, (out - 1.0) / (per_request * s)
 
 
 def live_step_points(cells: Sequence[Any]) -> tuple[tuple[float, float], ...]:

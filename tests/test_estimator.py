@@ -348,10 +348,13 @@ def test_live_cells_give_step_ratios_that_reproduce_their_speedup() -> None:
     step ratio R at each measured N reproduces the measured speedup, and other N interpolate."""
     from policies.features import live_step_points, live_step_ratio, points_ratio, step_ratio
 
+    # 10 requests of 48 tokens at 3 tokens a step: 16 decode steps each, the last cut to 2 tokens.
     cell = {"num_draft_tokens": 4, "speedup_vs_plain": 1.5, "tokens": 480, "samples": 10, "tau": 3.0,
-            "decode_steps": 470 / 3}
+            "decode_steps": 160}
     n, r = live_step_ratio(cell)
-    assert n == 4 and r == pytest.approx(47 / (((47 + 1.0) / 3.0) * 1.5))
+    assert n == 4 and r == pytest.approx(47 / (16 * 1.5))
+    # Without step counts: the steps a 48-token generation takes at the accept length, cut included.
+    assert live_step_ratio({**cell, "decode_steps": None})[1] == pytest.approx(r)
     assert live_step_ratio({**cell, "speedup_vs_plain": None}) is None
     slow = {**cell, "num_draft_tokens": 8, "speedup_vs_plain": 0.5}
     points = live_step_points([cell, slow, {**cell, "speedup_vs_plain": 1.4}, {**cell, "speedup_vs_plain": 1.6}])
