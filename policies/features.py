@@ -34,7 +34,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -119,31 +119,44 @@ class Candidate:
         return Config(self.depth, self.topk, self.tokens if self.is_tree else self.depth + 1)
 
 
-def chain_length_positions(per_position: Sequence[float], tail: float, n: int) -> float:
-    """E[L] = 1 + Σ_{i≤N} Π_{j≤i} a_j; positions beyond the measured ones accept with ``tail``."""
-    total, reach = 1.0, 1.0
+def _reach(per_position: Sequence[float], tail: float, n: int) -> Iterator[float]:
+    """P(L > k) = Π_{j≤k} a_j for k = 1..N; positions beyond the measured ones accept with ``tail``."""
+    reach = 1.0
     for i in range(n):
         reach *= per_position[i] if i < len(per_position) else tail
-        total += reach
-    return total
+        yield reach
+
+
+def chain_length_positions(per_position: Sequence[float], tail: float, n: int) -> float:
+    """E[L] = 1 + Σ_{i≤N} Π_{j≤i} a_j; positions beyond the measured ones accept with ``tail``."""
+    return 1.0 + sum(_reach(per_position, tail, n))
+
+
+def _measured_chain(c: Candidate) -> bool:
+    """A chain scored from its measured per-position rates (not lookahead's τ, a tree or bare α)."""
+    ev = c.evidence
+    return not c.is_tree and bool(ev.per_position) and not (c.caps.draft_cost == "in_forward" and ev.tau is not None)
 
 
 def drafted_length(c: Candidate, alpha: float | None = None) -> float:
     """E[L] of a step that drafted (bonus included); ``alpha`` moves the evidence's α (per-position
     rates scaled alike, as :meth:`Evidence.at`)."""
     ev = c.evidence
-    a = ev.alpha if alpha is None else alpha
-    a = min(max(a, 0.0), 1.0)
+    a = _clamped_alpha(ev, alpha)
+    if _measured_chain(c):
+        return chain_length_positions(_positions(ev, alpha), a, c.depth)
     if c.caps.draft_cost == "in_forward" and ev.tau is not None:
         # Lookahead: the Jacobi n-gram pool, not N, bounds what a step accepts (its per-position
         # rates change with the n-gram size, so a chain model from one N does not carry; seen on
         # the zoo: tokens per step flat within ±15% over N = 1..8). The measured τ, moved with α.
         return 1.0 + (ev.tau - 1.0) * (a / ev.alpha if ev.alpha > 0 else 0.0)
-    if c.is_tree or not ev.per_position:
-        # i.i.d. chain, or the best tree under the sibling model: measured sibling odds where the
-        # profile has them, else α for every rank.
-        return analytic_length(c.config, a, ev.siblings if c.is_tree else ())
-    return chain_length_positions(_positions(ev, alpha), a, c.depth)
+    # i.i.d. chain, or the best tree under the sibling model: measured sibling odds where the
+    # profile has them, else α for every rank.
+    return analytic_length(c.config, a, ev.siblings if c.is_tree else ())
+
+
+def _clamped_alpha(ev: Evidence, alpha: float | None) -> float:
+    return min(max(ev.alpha if alpha is None else alpha, 0.0), 1.0)
 
 
 def _positions(ev: Evidence, alpha: float | None) -> Sequence[float]:
@@ -153,22 +166,15 @@ def _positions(ev: Evidence, alpha: float | None) -> Sequence[float]:
     return [min(1.0, p * scale) for p in ev.per_position]
 
 
-def drafted_moment(c: Candidate, alpha: float | None = None) -> float:
+def drafted_moment(c: Candidate, alpha: float | None = None) -> float | None:
     """E[L(L − 1)] of a step that drafted: what sets how far the step crossing the output limit
     overshoots it. A chain with measured per-position rates has the whole distribution of L,
-    P(L > k) = Π_{j≤k} a_j, so E[L(L − 1)] = 2 Σ_k k·P(L > k); elsewhere (trees, lookahead's
-    measured τ, no positions) L is taken as constant, E[L](E[L] − 1)."""
-    ev = c.evidence
-    e = drafted_length(c, alpha)
-    if c.is_tree or not ev.per_position or (c.caps.draft_cost == "in_forward" and ev.tau is not None):
-        return e * (e - 1.0)
-    a = min(max(ev.alpha if alpha is None else alpha, 0.0), 1.0)
-    pp = _positions(ev, alpha)
-    total, reach = 0.0, 1.0
-    for k in range(1, c.depth + 1):
-        reach *= pp[k - 1] if k - 1 < len(pp) else a
-        total += 2.0 * k * reach
-    return total
+    so E[L(L − 1)] = 2 Σ_k k·P(L > k); elsewhere (trees, lookahead's measured τ, no positions)
+    None: L is taken as constant (:func:`steps_per_generation`)."""
+    if not _measured_chain(c):
+        return None
+    reach = _reach(_positions(c.evidence, alpha), _clamped_alpha(c.evidence, alpha), c.depth)
+    return 2.0 * sum(k * r for k, r in enumerate(reach, start=1))
 
 
 def draft_step_share(share: float, length: float) -> float:
@@ -184,9 +190,12 @@ def draft_step_share(share: float, length: float) -> float:
 
 def expected_length(c: Candidate, alpha: float | None = None) -> float:
     """Tokens per step, bonus included: 1 / (φ / E[L] + 1 − φ) (φ = 1: every step drafts)."""
-    e = drafted_length(c, alpha)
     share = c.evidence.cost.draft_share if c.evidence.cost is not None else 1.0
-    return 1.0 / (share / e + 1.0 - share)
+    return _mixed_length(drafted_length(c, alpha), share)
+
+
+def _mixed_length(drafted: float, share: float) -> float:
+    return 1.0 / (share / drafted + 1.0 - share)
 
 
 def draft_units(caps: Capabilities, c: Candidate) -> int:
@@ -255,7 +264,7 @@ def steps_per_generation(length: float, out_tokens: float, drafted: float | None
 
     The last step's surplus is cut at the output limit: by renewal theory the step that crosses the
     limit overshoots it by E[L(L − 1)] / (2 E[L]) tokens. ``moment`` is E[L(L − 1)] of a drafting
-    step (:func:`drafted_moment`); without it L is taken as constant, (L − 1)/2. When only some
+    step (:func:`drafted_moment`); without it L is taken as constant: (L − 1)/2. When only some
     steps draft (``drafted`` = E[L] of those, the rest emit one token, as prompt lookup without a
     match) the long steps are the ones that cross the limit: a share f of steps gives
     f·E[L(L − 1)] / (2 E[L]) over all steps, more than (L − 1)/2 at the same mean. Over a few hundred
@@ -265,10 +274,10 @@ def steps_per_generation(length: float, out_tokens: float, drafted: float | None
     decode = max(out_tokens - 1.0, 0.0)
     if decode <= 0:
         return 0.0
-    surplus = (length - 1.0) / 2.0 if moment is None else moment / (2.0 * length)
-    if drafted is not None and drafted > length > 1.0:
-        f = (length - 1.0) / (drafted - 1.0)  # L = f·E + (1 − f)
-        surplus = f * (drafted * (drafted - 1.0) if moment is None else moment) / (2.0 * length)
+    mixed = drafted is not None and drafted > length > 1.0
+    e = drafted if mixed else length
+    f = (length - 1.0) / (e - 1.0) if mixed else 1.0  # the share of steps that draft: L = f·E + (1 − f)
+    surplus = f * (e * (e - 1.0) if moment is None else moment) / (2.0 * length)
     return max((decode + surplus) / length, 1.0)
 
 
@@ -327,8 +336,10 @@ def generation_steps(c: Candidate, alpha: float | None = None) -> float:
     cost = c.evidence.cost
     if cost is None or cost.output_tokens <= 1:
         raise ValueError("generation steps need measured costs with an output length")
-    drafted = drafted_length(c, alpha) if cost.draft_share < 1.0 else None
-    return steps_per_generation(expected_length(c, alpha), cost.output_tokens, drafted, drafted_moment(c, alpha))
+    drafted = drafted_length(c, alpha)
+    length = _mixed_length(drafted, cost.draft_share)
+    return steps_per_generation(length, cost.output_tokens, drafted if cost.draft_share < 1.0 else None,
+                                drafted_moment(c, alpha))
 
 
 def _speedup(c: Candidate, ratio: float, alpha: float | None = None) -> float:

@@ -68,11 +68,9 @@ def plan(regret: dict[str, Any]) -> dict[tuple[str, float], dict[str, CellKey]]:
 def reuse(log: RecordLog, earlier: Path, todo: dict[tuple[str, float], dict[str, CellKey]],
           prompt_ids: dict[str, set[str]]) -> list[str]:
     """Copy ``earlier``'s records of the workloads whose configurations are unchanged and complete."""
-    from picker.profiler.records import read_records
+    from bench.regret.data import records_by_workload
 
-    by_workload: dict[tuple[str, float], list[Record]] = defaultdict(list)
-    for r in read_records(earlier / "records.jsonl")[0]:
-        by_workload[(r.cell.task, r.cell.temperature)].append(r)
+    by_workload = records_by_workload(earlier)
     done, have = [], log.done()
     for key, cells in sorted(todo.items()):
         recs = by_workload.get(key, [])

@@ -102,18 +102,11 @@ def load_sweeps(dirs: list[Path], replicates: list[Path] | tuple[Path, ...] = ()
         run = json.loads((d / "run.json").read_text())
         target = target or run.get("target_path", "")
         artifacts.update(run.get("source", {}).get("artifacts", {}))
-        records = read_records(d / "records.jsonl")[0]
         curve_lines += read_curve_lines(d / CURVE_NAME)
-        mine: dict[tuple[str, float], Workload] = {}
-        for r in records:
-            key = (r.cell.task, r.cell.temperature)
-            mine.setdefault(key, Workload(*key)).records.append(r)
-        workloads.update(mine)  # a later folder re-measures a workload whole: it replaces the earlier one
+        for key, recs in records_by_workload(d).items():  # a later folder re-measures a workload whole
+            workloads[key] = Workload(*key, records=recs)
     for d in replicates:
-        by_workload: dict[tuple[str, float], list[Record]] = {}
-        for r in read_records(d / "records.jsonl")[0]:
-            by_workload.setdefault((r.cell.task, r.cell.temperature), []).append(r)
-        for key, recs in by_workload.items():
+        for key, recs in records_by_workload(d).items():
             if key in workloads:
                 workloads[key].replicates.append(recs)
     for w in workloads.values():
@@ -125,6 +118,14 @@ def load_sweeps(dirs: list[Path], replicates: list[Path] | tuple[Path, ...] = ()
     curve = tuple(ratio_curve(curve_medians(curve_lines)))
     cost = {"forwards": len(curve_lines), "seconds": sum(float(x["seconds"]) for x in curve_lines)}
     return SweepData(workloads, curve, cost, target, artifacts)
+
+
+def records_by_workload(folder: Path) -> dict[tuple[str, float], list[Record]]:
+    """A run folder's records, grouped by (task, temperature)."""
+    out: dict[tuple[str, float], list[Record]] = {}
+    for r in read_records(folder / "records.jsonl")[0]:
+        out.setdefault((r.cell.task, r.cell.temperature), []).append(r)
+    return out
 
 
 def session_cells(records: list[Record]) -> dict[GridKey, tuple[float, float]]:

@@ -130,8 +130,9 @@ def read_back(p: Prepared, data: SweepData) -> list[dict[str, Any]]:
         g = GridKey(c.strategy, int(c.num_draft_tokens or 0))
         cand = sc.candidate(option(plugins, g), b)
         cost = cand.evidence.cost
-        if cost is not None:
-            cand = replace(cand, evidence=replace(cand.evidence, cost=replace(cost, output_tokens=tokens / c.samples)))
+        if cost is None:  # nothing measured to read back
+            continue
+        cand = replace(cand, evidence=replace(cand.evidence, cost=replace(cost, output_tokens=tokens / c.samples)))
         out.append({"config": g.label, "profiled": float(c.speedup_vs_plain), "analytic": base_speedup(cand),
                     # The untimed half: decode steps per generation, measured and as the model counts them.
                     "profiled_steps": float(c.decode_steps) / c.samples, "analytic_steps": generation_steps(cand)})
