@@ -25,15 +25,9 @@ from picker.plugins import Capabilities, StrategyPlugin, load_strategies
 from picker.workload import WorkloadProfile
 from policies import analytic
 from policies.analytic import Config, CostContext
+from policies.cell_evidence import evidence_from_cell, live_step_points
 from policies.costmodel import eagle_layer_shape, medusa_heads_shape
-from policies.features import (
-    Candidate,
-    CostEvidence,
-    Evidence,
-    base_range,
-    evidence_from_cell,
-    live_step_points,
-)
+from policies.features import Candidate, CostEvidence, Evidence, base_range
 from policies.priors import load_priors
 from policies.roofline import ModelShape
 

@@ -140,8 +140,9 @@ def test_non_positive_speedups_are_refused() -> None:
 from picker.hardware import get_hardware  # noqa: E402
 from picker.plugins import Capabilities  # noqa: E402
 from policies import analytic  # noqa: E402
+from policies.cell_evidence import evidence_from_cell  # noqa: E402
 from policies.features import (  # noqa: E402
-    FEATURES, Candidate, CostEvidence, Evidence, base_range, base_speedup, evidence_from_cell, feature_matrix,
+    FEATURES, Candidate, CostEvidence, Evidence, base_range, base_speedup, feature_matrix,
 )
 from policies.roofline import ModelShape  # noqa: E402
 
@@ -260,7 +261,8 @@ def test_a_tree_drafts_over_its_top_k_nodes_at_each_later_depth() -> None:
 
 
 def test_two_chain_lengths_split_the_drafting_cost() -> None:
-    from policies.features import split_draft_cost, step_ratio
+    from policies.cell_evidence import split_draft_cost
+    from policies.features import step_ratio
 
     d0, d = 0.3, 0.2
     long, short = _chain_cell(8, d0 + 8 * d), _chain_cell(1, d0 + d)
@@ -346,7 +348,8 @@ def test_a_chains_spread_of_accept_lengths_sets_its_overshoot() -> None:
 def test_live_cells_give_step_ratios_that_reproduce_their_speedup() -> None:
     """A live engine reports tokens/s against plain and acceptance, not step timings: the implied
     step ratio R at each measured N reproduces the measured speedup, and other N interpolate."""
-    from policies.features import live_step_points, live_step_ratio, points_ratio, step_ratio
+    from policies.cell_evidence import live_step_points, live_step_ratio
+    from policies.features import points_ratio, step_ratio
 
     # 10 requests of 48 tokens at 3 tokens a step: 16 decode steps each, the last cut to 2 tokens.
     cell = {"num_draft_tokens": 4, "speedup_vs_plain": 1.5, "tokens": 480, "samples": 10, "tau": 3.0,

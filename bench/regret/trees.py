@@ -23,7 +23,7 @@ from picker.measurements import Measurements
 from picker.plugins import load_strategies
 from picker.profiler.summary import build_summary
 from picker.sweep import parse_tree_label
-from policies.features import sibling_rates
+from policies.cell_evidence import sibling_rates
 from policies.scalar import tree_length
 
 

@@ -29,7 +29,7 @@ so ``draft_steps`` is left unknown (all steps) and ``tau`` is then a lower bound
 
 A server started with speculation speculates on every request, so plain decoding -- the baseline of
 ``speedup_vs_plain``, from which the policy derives llama.cpp's own step cost
-(``policies.features.live_step_ratio``) -- is timed on a second ``llama-server`` of the same target
+(``policies.cell_evidence.live_step_ratio``) -- is timed on a second ``llama-server`` of the same target
 without ``--spec-type`` / ``-md`` (``plain_url``; its ``/slots`` must say no slot speculates), on the
 same prompts. As with vLLM, each cell waits ``gap_s`` first when two servers share the machine.
 

