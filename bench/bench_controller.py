@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from picker.controller import Controller
+from picker.sdk.controller import Controller
 from policies.online import OnlineParams
 
 ROOT = Path(__file__).resolve().parents[1]

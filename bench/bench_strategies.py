@@ -43,12 +43,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from picker import runtime
-from picker.backend import TorchBackend
-from picker.drafting import MissingArtifact, SamplingParams
-from picker.loop import generate
-from picker.plugins import load_strategies
+from picker.engine import runtime
+from picker.engine.backend import TorchBackend
+from picker.engine.drafting import MissingArtifact, SamplingParams
+from picker.engine.loop import generate
+from picker.engine.plugins import load_strategies
 from picker.tasks import builtin_prompts, render_turn
+from picker.zoo.resolve import zoo_artifacts, zoo_paths
 from policies.theory import speedup
 
 # Our strategies' settings, and the same draft lengths for Hugging Face's two methods.
@@ -114,7 +115,7 @@ def hf_config(name: str, model: Any, max_new: int, pad: int, **extra: Any) -> Co
 
 def build_configs(args: argparse.Namespace, options_by_name: dict[str, dict[str, Any]]
                   ) -> tuple[list[Config], dict[str, Any]]:
-    zoo = runtime.zoo_paths()
+    zoo = zoo_paths()
     target = TorchBackend.from_pretrained(zoo.target)
     draft = TorchBackend.from_pretrained(zoo.draft)
     eos = runtime.eos_token_ids(target)
@@ -126,7 +127,7 @@ def build_configs(args: argparse.Namespace, options_by_name: dict[str, dict[str,
         if plugins[name].capabilities.artifact == "draft_model":
             options["draft_backend"] = draft  # one loaded draft, shared with hf-assisted
         try:
-            drafter = runtime.build_drafter(plugins[name], target, runtime.zoo_artifacts(zoo), options)
+            drafter = runtime.build_drafter(plugins[name], target, zoo_artifacts(zoo), options)
         except MissingArtifact as exc:
             print(f"skipping {name}: {exc}", file=sys.stderr)
             continue

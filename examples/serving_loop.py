@@ -1,8 +1,8 @@
 """A small serving loop over the reference engine, driven by the SDK Controller.
 
 Requests arrive with a task type and a temperature; one worker decodes them one at a time with
-``picker.loop.generate`` (the reference engine runs batch 1) and the vanilla draft-model strategy.
-Before every step the :class:`picker.controller_drafter.ControlledDrafter` asks
+``picker.engine.loop.generate`` (the reference engine runs batch 1) and the vanilla draft-model strategy.
+Before every step the :class:`picker.sdk.drafter.ControlledDrafter` asks
 ``Controller.choose`` for the draft length, and after it reports drafted / accepted / step time to
 ``Controller.observe``. Halfway through, the drafter breaks (``--drop A:B``: requests A..B-1 get a
 random draft, as after a bad deploy or a traffic shift) and the Controller switches speculation off
@@ -31,14 +31,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from picker.backend import TorchBackend
-from picker.controller import Controller
-from picker.controller_drafter import ControlledDrafter
-from picker.controller_plan import ControllerPlan, flat_step_ratio
-from picker.drafting import Draft, DraftContext, Drafter, SamplingParams, StepOutcome, call_observe, call_reset
-from picker.loop import Generation, generate
-from picker.plugins import Capabilities
-from picker.tree import TokenTree
+from picker.engine.backend import TorchBackend
+from picker.engine.drafting import Draft, DraftContext, Drafter, SamplingParams, StepOutcome, call_observe, call_reset
+from picker.engine.loop import Generation, generate
+from picker.engine.plugins import Capabilities
+from picker.engine.tree import TokenTree
+from picker.sdk.controller import Controller
+from picker.sdk.drafter import ControlledDrafter
+from picker.sdk.plan import ControllerPlan, flat_step_ratio
 from policies.online import OnlineParams
 
 
@@ -94,7 +94,7 @@ def serve(requests: Sequence[Request], target: TorchBackend, drafter: Drafter, c
           report_step_time: bool = True, before: Callable[[int], None] | None = None) -> list[Served]:
     """Decode ``requests`` in order with the Controller deciding every step; ``before(i)`` runs
     before request i (the demo breaks and mends the drafter there). ``report_step_time``: see
-    :class:`~picker.controller_drafter.ControlledDrafter`."""
+    :class:`~picker.sdk.drafter.ControlledDrafter`."""
     out = []
     for i, req in enumerate(requests):
         if before is not None:

@@ -4,7 +4,7 @@ Pure cost model, no training data: E[L] from the acceptance model (chain or best
 Sequoia's positional assumption) over the roofline step cost of ``policies.costmodel``.
 Everything here branches on declared capabilities, never on a strategy's name.
 
-    >>> from picker.plugins import Capabilities
+    >>> from picker.engine.plugins import Capabilities
     >>> caps = Capabilities(needs_draft_model=True)
     >>> [c.label for c in configs_for(caps)][:3]
     ['N=1', 'N=2', 'N=3']
@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from picker.plugins import Capabilities
-from policies.scalar import chain_length, solve_alpha, tree_length
+from picker.engine.plugins import Capabilities
 from policies.costmodel import LOOKAHEAD_GUESSES, LOOKAHEAD_WINDOW, StepCost, predict_speedup, step_cost
 from policies.roofline import HardwareLike, ModelShape
+from policies.scalar import chain_length, solve_alpha, tree_length
 
 MAX_CHAIN = 8
 TREE_DEPTHS = (3, 4, 5, 6, 8)

@@ -83,7 +83,7 @@ class ShapeRecord(_Strict):
 
 
 class HardwareRecord(_Strict):
-    """Peak numbers the efficiencies are relative to (a ``picker.hardware`` catalog entry)."""
+    """Peak numbers the efficiencies are relative to (a ``picker.inputs.hardware`` catalog entry)."""
 
     name: str
     memory_bandwidth_gbps: float = Field(gt=0)

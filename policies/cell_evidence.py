@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from picker.plugins import Capabilities
+from picker.engine.plugins import Capabilities
 from policies.features import (
     Candidate,
     CostEvidence,

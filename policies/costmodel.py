@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, cast, get_args
 
-from picker.plugins import DraftCost
+from picker.engine.plugins import DraftCost
 from policies.roofline import (
     Bound,
     EngineProfile,
@@ -35,7 +35,7 @@ from policies.roofline import (
     resolve_engine,
 )
 
-DRAFT_COSTS: tuple[str, ...] = get_args(DraftCost)  # one source of truth: picker.plugins
+DRAFT_COSTS: tuple[str, ...] = get_args(DraftCost)  # one source of truth: picker.engine.plugins
 
 # A separate draft (model or EAGLE layer) runs one extra forward per step over the tokens the target
 # just accepted, so its KV cache catches up (SGLang's "draft extend"; vLLM folds it into the first
@@ -251,7 +251,7 @@ def estimate(
     ``num_draft_tokens`` is N, the tokens drafted per step (tree nodes without the root for a tree;
     SGLang's ``--speculative-num-draft-tokens`` is N + 1); when omitted, the best N is searched.
     ``tree_topk`` > 1 makes it a tree (see :func:`tree_for_alpha` for the approximation).
-    ``hardware`` is a catalog name (looked up in ``picker.hardware``) or an object with
+    ``hardware`` is a catalog name (looked up in ``picker.inputs.hardware``) or an object with
     ``memory_bandwidth_gbps`` and ``bf16_tflops``; ``context_len`` is tokens already cached.
     Returns plain JSON types; ``assumptions`` lists every approximation the numbers rest on.
     """
@@ -261,7 +261,7 @@ def estimate(
         raise ValueError(f"unknown draft cost kind {kind!r}; known: {', '.join(DRAFT_COSTS)}")
     draft_kind = cast(DraftCost, kind)
     if isinstance(hardware, str):
-        from picker.hardware import get_hardware  # lazy: keeps the policy importable on its own
+        from picker.inputs.hardware import get_hardware  # lazy: keeps the policy importable on its own
 
         hardware = get_hardware(hardware)
     target = ModelShape.from_params(model_params, bytes_per_param)

@@ -10,7 +10,7 @@ default ``specpick recommend`` path never imports numpy; :func:`feature_matrix` 
 into the numeric rows the learned correction (``policies.estimator``) reads, whose first column is
 the log of the analytic speedup.
 
-    >>> from picker.plugins import Capabilities
+    >>> from picker.engine.plugins import Capabilities
     >>> ev = Evidence(alpha=0.8, alpha_low=0.7, alpha_high=0.9,
     ...               cost=CostEvidence(draft_unit=0.1, verify=((1, 1.0), (8, 1.2))))
     >>> c = Candidate(Capabilities(needs_draft_model=True), depth=4, evidence=ev)
@@ -20,7 +20,7 @@ the log of the analytic speedup.
 Step cost with measured evidence (units of one plain decode step, batch B, N drafts):
 ``R = units·d + f·v(B·m) + (1 − f)`` where ``units`` are the draft forwards a step runs for this
 draft-cost kind, ``d`` the measured cost of one, ``m`` the verified tokens per sequence, ``v`` the
-verify-time curve against tokens in flight (``picker.sweep``) anchored to the loop's own measured
+verify-time curve against tokens in flight (``picker.profiler.sweep``) anchored to the loop's own measured
 ratio, and ``f`` the share of steps that drafted (prompt lookup drafts only on a match). Tokens per
 step are ``1 / (φ/E[L] + 1 − φ)`` with φ the share of output emitted by drafting steps -- φ carries
 across N, f does not. Without measured costs R comes from the roofline
@@ -39,8 +39,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from picker.plugins import Capabilities
-from picker.workload import TASK_TYPES
+from picker.engine.plugins import Capabilities
+from picker.inputs.workload import TASK_TYPES
 from policies.analytic import Config, CostContext, config_cost
 from policies.analytic import expected_length as analytic_length
 
@@ -76,7 +76,7 @@ class Evidence:
     citations: tuple[str, ...] = ()
     tau: float | None = None          # measured tokens per drafting step at the profiled config
     # Trees: P(rank r accepted | ranks < r rejected), r = 2.., measured on the chain's rejections
-    # (picker.siblings: greedy top-k siblings at T = 0, sampled ones at T > 0); empty: the textbook
+    # (picker.engine.siblings: greedy top-k siblings at T = 0, sampled ones at T > 0); empty: the textbook
     # model (α for every rank).
     siblings: tuple[float, ...] = ()
 
@@ -236,7 +236,7 @@ def step_ratio(c: Candidate) -> float:
     m = 1.0 + cost.nodes_per_token * c.nodes
     b = float(c.batch)
     plain = curve_ratio(cost.verify, b)
-    # A batch of B sequences with m tokens each is read as B·m tokens in flight (stated in picker.sweep).
+    # A batch of B sequences with m tokens each is read as B·m tokens in flight (stated in picker.profiler.sweep).
     verify = curve_ratio(cost.verify, b * m) / plain
     units = draft_units(c.caps, c) * tree_width(c, cost.verify)
     drafting = (cost.draft_fixed + units * cost.draft_unit) if units else 0.0

@@ -16,7 +16,7 @@ compute-bound and verification stops being free. That ratio is how batch size en
     1.0
 
 Hardware is anything with ``memory_bandwidth_gbps`` (GB/s, 1e9 bytes/s) and ``bf16_tflops``
-(dense) attributes, e.g. ``picker.hardware.Hardware``; it is never imported here.
+(dense) attributes, e.g. ``picker.inputs.hardware.Hardware``; it is never imported here.
 """
 
 from __future__ import annotations

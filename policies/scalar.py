@@ -46,7 +46,7 @@ def tree_length(alpha: float, depth: int, topk: int, nodes: int, siblings: tuple
     """E[L] of the best tree: 1 + the sum of the ``nodes`` largest reach probabilities.
 
     ``siblings``: measured conditional acceptance of ranks 2, 3, … after the earlier ranks were
-    rejected (``picker.siblings``; the last value serves deeper ranks); empty: α for every rank.
+    rejected (``picker.engine.siblings``; the last value serves deeper ranks); empty: α for every rank.
     Same greedy as :func:`policies.theory.best_tree` (a test checks they agree), kept scalar and
     free of validation because the policy calls it thousands of times per decision.
     """

@@ -213,7 +213,7 @@ def sibling_acceptance(alpha: float, topk: int, conditional: Sequence[float] = (
 
     The top-ranked draft token is accepted with α; the i-th is tried only after the first i − 1
     are rejected and is then accepted with its conditional rate: ``conditional[i - 2]`` where
-    measured (``picker.siblings``; the last value serves deeper ranks), else α again — the textbook
+    measured (``picker.engine.siblings``; the last value serves deeper ranks), else α again — the textbook
     model, which overstates sampled siblings (after a rejection the residual target keeps only
     the mass the draft under-proposed). Values sum to at most 1.
     """

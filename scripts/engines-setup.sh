@@ -34,7 +34,7 @@ SGLANG_DEPS=(numpy msgspec psutil requests pydantic packaging orjson pybase64 pi
              IPython aiohttp triton "transformers==5.19.0" dill "apache-tvm-ffi==0.1.11" sentencepiece
              compressed-tensors gguf)
 
-LLAMA_CPP_PYTHON_VERSION="0.3.36"  # its sdist vendors the llama.cpp (picker.engine_configs.ENGINE_VERSIONS)
+LLAMA_CPP_PYTHON_VERSION="0.3.36"  # its sdist vendors the llama.cpp (picker.recommend.engine_configs.ENGINE_VERSIONS)
 PROJECT_PYTHON="${PROJECT_PYTHON:-python3}"
 # Offline and lean: no HTTPS client, no web UI (it would download prebuilt assets), no tests.
 LLAMA_CMAKE_FLAGS=(-DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF

@@ -15,7 +15,7 @@ to ``--out`` is read by :func:`policies.calibration.load_calibration` into the `
 overrides of :func:`policies.roofline.resolve_engine` for engine ``hf`` (eager PyTorch, what the
 torch backend runs). Nothing requires this file; without it the roofline keeps its assumptions.
 
-Timing uses plain Hugging Face forwards with a ``DynamicCache``, not ``picker.backend.TorchBackend``,
+Timing uses plain Hugging Face forwards with a ``DynamicCache``, not ``picker.engine.backend.TorchBackend``,
 because that backend drives batch 1 only and this sweep needs batch sizes; the forward it issues is
 the same model call. With ``--shape`` the model is a Llama of that published shape with random
 weights (timing does not depend on weight values), so no checkpoint is needed.
@@ -38,9 +38,14 @@ from transformers import AutoModelForCausalLM, DynamicCache, LlamaConfig, LlamaF
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without install
 
-from picker.hardware import get_hardware, resolve_hardware_name  # noqa: E402
+from picker.inputs.hardware import get_hardware, resolve_hardware_name  # noqa: E402
 from policies.calibration import (  # noqa: E402
-    CalibrationFile, Constants, HardwareRecord, ShapeRecord, TimingPoint, fit_engine_constants,
+    CalibrationFile,
+    Constants,
+    HardwareRecord,
+    ShapeRecord,
+    TimingPoint,
+    fit_engine_constants,
 )
 from policies.roofline import REFERENCE_SHAPES, ModelShape  # noqa: E402
 
@@ -59,7 +64,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                      help=f"random-weight Llama of a published shape: {', '.join(s.name for s in REFERENCE_SHAPES)}")
     p.add_argument("--device", default="cuda", help="cuda (the point of this script) or cpu (a dry run)")
     p.add_argument("--dtype", default=None, help="bfloat16 (default on cuda) or float32 (default on cpu)")
-    p.add_argument("--hardware", default=None, help="picker.hardware catalog name; guessed from the GPU name")
+    p.add_argument("--hardware", default=None, help="picker.inputs.hardware catalog name; guessed from the GPU name")
     p.add_argument("--batches", type=_ints, default=_ints("1,2,4,8,16,32,64,128"))
     p.add_argument("--tokens", type=_ints, default=_ints("1,2,4,8,16"), help="new tokens per sequence")
     p.add_argument("--contexts", type=_ints, default=_ints("512,2048"), help="KV cache lengths")

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 import torch
 
-from picker.drafting import SamplingParams
-from picker.plugins import Capabilities
+from picker.engine.drafting import SamplingParams
+from picker.engine.plugins import Capabilities
 from picker.zoo.heads import DistillData, HeadRecipe, make_distill_set
 
 VOCAB = 40
@@ -78,8 +78,8 @@ def toy_heads(train_heads: Callable[..., dict[str, Any]], tmp_path_factory: pyte
 def greedy_same_and_tau(target: Any, drafter: Any, caps: Capabilities, prompts: list[list[int]],
                         new: int = 40) -> tuple[bool, float]:
     """(every output equals plain greedy, mean tokens per verify step after prefill)."""
-    from picker.backend import TorchBackend
-    from picker.loop import generate
+    from picker.engine.backend import TorchBackend
+    from picker.engine.loop import generate
 
     be = TorchBackend(target)
     same, taus = True, []
@@ -93,8 +93,8 @@ def greedy_same_and_tau(target: Any, drafter: Any, caps: Capabilities, prompts: 
 
 def assert_sampling_is_seeded(toy: dict[str, Any], make_drafter: Callable[..., Any], caps: Capabilities) -> None:
     """Two sampled generations from the same seed through the real loop are identical."""
-    from picker.backend import TorchBackend
-    from picker.loop import generate
+    from picker.engine.backend import TorchBackend
+    from picker.engine.loop import generate
 
     be = TorchBackend(toy["target"])
     drafter = make_drafter(target_backend=toy["target"], artifact=toy["root"] / "trained")

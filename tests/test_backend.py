@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from picker.backend import TorchBackend
-from picker.rollback import KVLedger
-from picker.tree import TokenTree
-from picker.verify import VerifyResult
+from picker.engine.backend import TorchBackend
+from picker.engine.rollback import KVLedger
+from picker.engine.tree import TokenTree
+from picker.engine.verify import VerifyResult
 from tests.tiny import tiny_backend, tiny_llama
 
 torch.set_num_threads(1)

@@ -15,8 +15,14 @@ import pytest
 
 from picker.errors import UserError
 from policies.calibration import (
-    CalibrationFile, Constants, HardwareRecord, ShapeRecord, TimingPoint, fit_engine_constants,
-    load_calibration, read_calibration,
+    CalibrationFile,
+    Constants,
+    HardwareRecord,
+    ShapeRecord,
+    TimingPoint,
+    fit_engine_constants,
+    load_calibration,
+    read_calibration,
 )
 from policies.roofline import ModelShape, forward_time, resolve_engine
 

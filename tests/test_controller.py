@@ -16,13 +16,23 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from picker.controller import Controller, SpecConfig
-from picker.controller_plan import ControllerPlan, cell_of, flat_step_ratio
-from picker.recommend import recommend
-from picker.workload import load_profile
+from picker.inputs.workload import load_profile
+from picker.recommend.scoring import recommend
+from picker.sdk.controller import Controller, SpecConfig
+from picker.sdk.plan import ControllerPlan, cell_of, flat_step_ratio
 from policies import theory
-from policies.online import (OnlineParams, beta_cdf, beta_mean, beta_quantile, beta_var, break_even_from_ratio,
-                             chain_evidence, decayed_update, prob_above, prob_below)
+from policies.online import (
+    OnlineParams,
+    beta_cdf,
+    beta_mean,
+    beta_quantile,
+    beta_var,
+    break_even_from_ratio,
+    chain_evidence,
+    decayed_update,
+    prob_above,
+    prob_below,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILES = ROOT / "profiles"
@@ -311,7 +321,7 @@ def test_state_round_trips_exactly_through_json() -> None:
 
 
 def test_lazy_export_imports_nothing_heavy() -> None:
-    code = ("import sys; from picker import Controller; import picker.controller; "
+    code = ("import sys; from picker import Controller; import picker.sdk.controller; "
             "heavy = [m for m in ('numpy', 'torch', 'pydantic', 'sklearn') if m in sys.modules]; "
             "assert not heavy, heavy; print(Controller.__name__)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
@@ -332,14 +342,14 @@ def _serving_example():
 
 
 def _engine_available() -> bool:
-    return all(importlib.util.find_spec(m) is not None for m in ("torch", "picker.loop", "picker.backend"))
+    return all(importlib.util.find_spec(m) is not None for m in ("torch", "picker.engine.loop", "picker.engine.backend"))
 
 
 def _run_drop_on_engine(target, draft, reqs: list, broken: range) -> None:
     """Serve ``reqs``, break the drafter for requests in ``broken``; check the gate's reaction
     bounds (in decode steps) and that every output is exactly the target's greedy output."""
     serving = _serving_example()
-    from picker.loop import generate
+    from picker.engine.loop import generate
     from strategies.vanilla.drafter import DraftModelDrafter
 
     # Fast rules for a short run: half-life 8 steps, dwell 16 decisions, probes at least 1 in 8.
@@ -366,7 +376,7 @@ def _run_drop_on_engine(target, draft, reqs: list, broken: range) -> None:
     assert all(d == 3 for _, d in steps[back:])
 
 
-NO_ENGINE = "reference engine (picker.loop, picker.backend, torch) not built yet"
+NO_ENGINE = "reference engine (picker.engine.loop, picker.engine.backend, torch) not built yet"
 
 
 @pytest.mark.skipif(not _engine_available(), reason=NO_ENGINE)

@@ -8,7 +8,7 @@ from typing import cast
 
 import pytest
 
-from picker.plugins import DraftCost
+from picker.engine.plugins import DraftCost
 from policies import theory
 from policies.costmodel import (
     DRAFT_COSTS,
@@ -167,7 +167,7 @@ def test_default_draft_is_two_orders_smaller() -> None:
 
 
 def test_hardware_by_catalog_name() -> None:
-    pytest.importorskip("picker.hardware")
+    pytest.importorskip("picker.inputs.hardware")
     by_name = estimate("cpu_lookup", model_params=8e9, hardware="h100", alpha=0.5, num_draft_tokens=3)
     by_obj = estimate("cpu_lookup", model_params=8e9, hardware=H100, alpha=0.5, num_draft_tokens=3)
     assert by_name["speedup"] == pytest.approx(by_obj["speedup"])

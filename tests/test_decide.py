@@ -6,9 +6,9 @@ from pathlib import Path
 
 import yaml
 
-from picker.decide import merge_schedule
-from picker.recommend import recommend
-from picker.workload import load_profile
+from picker.inputs.workload import load_profile
+from picker.recommend.decide import merge_schedule
+from picker.recommend.scoring import recommend
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -77,7 +77,7 @@ def test_temperature_switch_keeps_speculation_where_the_workload_runs(tmp_path: 
     saves): the switch is the highest temperature at which speculation still pays, scanned from
     the top. Scanning up from T = 0 stopped at the first dip and switched this T = 1 workload off
     above 0 (predicted 1.0x instead of ~2x)."""
-    from picker.measurements import Measurements
+    from picker.inputs.measurements import Measurements
 
     path = _variant(tmp_path, "creative-writing.yaml", drafters__allow_ngram=False,
                     traffic__temperature=[{"value": 1.0, "weight": 1.0}])

@@ -9,10 +9,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from picker.backend import TorchBackend
-from picker.drafting import DraftContext, SamplingParams, StepOutcome
-from picker.loop import generate
-from picker.plugins import load_strategies
+from picker.engine.backend import TorchBackend
+from picker.engine.drafting import DraftContext, SamplingParams, StepOutcome
+from picker.engine.loop import generate
+from picker.engine.plugins import load_strategies
 from strategies.lookahead.drafter import LookaheadDrafter
 from strategies.ngram.drafter import PromptLookupDrafter
 from strategies.vanilla.drafter import DraftModelDrafter

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from picker.drafting import DraftContext, MissingArtifact, SamplingParams, StepOutcome
+from picker.engine.drafting import DraftContext, MissingArtifact, SamplingParams, StepOutcome
 from picker.zoo.heads import DistillData
 from strategies.eagle3 import PLUGIN, make_drafter
 from strategies.eagle3.drafter import Eagle3Drafter
@@ -195,8 +195,8 @@ def test_greedy_chain_sends_the_scores_that_ranked_it_only_when_asked(toy: dict[
     """With ``want_scores`` a top-1 chain carries one logits row per node whose argmax is the node's
     token (what the sibling probe ranks the target's token in); the profiled loop's output is
     plain greedy's, and its rejections carry sibling counts."""
-    from picker.backend import TorchBackend
-    from picker.loop import generate
+    from picker.engine.backend import TorchBackend
+    from picker.engine.loop import generate
 
     drafts: list[Any] = []
 

@@ -19,7 +19,7 @@ import pytest
 from typer.testing import CliRunner
 
 from picker.cli.main import app
-from picker.measurements import load_measurements
+from picker.inputs.measurements import load_measurements
 from picker.profiler.run import records_of
 from picker.tasks import builtin_prompts
 from tests.test_profiler_sglang_double import Loopback, SGLangDouble, as_json

@@ -8,11 +8,19 @@ import json
 
 import pytest
 
-from picker.engine_configs import (
-    ENGINE_VERSIONS, OPEN_BATCH, ScheduleEntry, build_engine_configs, check_sglang_tree,
-    default_medusa_choices, sglang_adaptive_config, sglang_args, trt_schedule, vllm_schedule,
+from picker.engine.plugins import load_strategies
+from picker.recommend.engine_configs import (
+    ENGINE_VERSIONS,
+    OPEN_BATCH,
+    ScheduleEntry,
+    build_engine_configs,
+    check_sglang_tree,
+    default_medusa_choices,
+    sglang_adaptive_config,
+    sglang_args,
+    trt_schedule,
+    vllm_schedule,
 )
-from picker.plugins import load_strategies
 
 SCHEDULE = [ScheduleEntry(1, 8, 5), ScheduleEntry(9, 32, 3), ScheduleEntry(33, None, 0)]
 PLUGINS = load_strategies(only_builtin=True)

@@ -137,12 +137,18 @@ def test_non_positive_speedups_are_refused() -> None:
 
 # ----------------------------------------------------------------------------- candidate rows
 
-from picker.hardware import get_hardware  # noqa: E402
-from picker.plugins import Capabilities  # noqa: E402
+from picker.engine.plugins import Capabilities  # noqa: E402
+from picker.inputs.hardware import get_hardware  # noqa: E402
 from policies import analytic  # noqa: E402
 from policies.cell_evidence import evidence_from_cell  # noqa: E402
 from policies.features import (  # noqa: E402
-    FEATURES, Candidate, CostEvidence, Evidence, base_range, base_speedup, feature_matrix,
+    FEATURES,
+    Candidate,
+    CostEvidence,
+    Evidence,
+    base_range,
+    base_speedup,
+    feature_matrix,
 )
 from policies.roofline import ModelShape  # noqa: E402
 
@@ -375,10 +381,10 @@ def test_live_cells_give_step_ratios_that_reproduce_their_speedup() -> None:
 
 
 def test_recommend_uses_live_step_ratios_when_the_engine_reports_no_timings(tmp_path) -> None:
-    from picker.measurements import Measurements
-    from picker.plugins import load_strategies
-    from picker.recommend import Scorer
-    from picker.workload import load_profile
+    from picker.engine.plugins import load_strategies
+    from picker.inputs.measurements import Measurements
+    from picker.inputs.workload import load_profile
+    from picker.recommend.scoring import Scorer
 
     profile = load_profile(Path(__file__).parents[1] / "profiles" / "chat-70b-h100.yaml")
     live = {"task": "chat", "strategy": "ngram", "temperature": 0.0, "alpha": 0.5, "alpha_ci": [0.4, 0.6],
@@ -396,10 +402,10 @@ def test_a_drafter_that_samples_chains_is_scored_as_the_chain_it_runs() -> None:
     """EAGLE-3's reference drafter declares sampled_tree=False: at T > 0 a tree configuration measured
     on the reference loop is scored as the sampled chain of the tree's depth; at T = 0, or for a
     strategy that keeps sampling trees (Medusa), it stays a tree."""
-    from picker.measurements import Measurements
-    from picker.plugins import load_strategies
-    from picker.recommend import Bucket, Option, Scorer
-    from picker.workload import load_profile
+    from picker.engine.plugins import load_strategies
+    from picker.inputs.measurements import Measurements
+    from picker.inputs.workload import load_profile
+    from picker.recommend.scoring import Bucket, Option, Scorer
 
     profile = load_profile(Path(__file__).parents[1] / "profiles" / "chat-70b-h100.yaml")
     plugins = load_strategies()
@@ -420,7 +426,7 @@ def test_a_drafter_that_samples_chains_is_scored_as_the_chain_it_runs() -> None:
 
 
 def test_measured_sibling_odds_shape_trees_only() -> None:
-    """A cell's sibling_accept (picker.siblings) sets a tree's E[L] from the measured odds; chains
+    """A cell's sibling_accept (picker.engine.siblings) sets a tree's E[L] from the measured odds; chains
     keep their model."""
     from policies.features import expected_length
     from policies.scalar import tree_length

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from picker.errors import UserError
-from picker.hardware import ALIASES, CATALOG, Hardware, get_hardware, resolve_hardware_name
+from picker.inputs.hardware import ALIASES, CATALOG, Hardware, get_hardware, resolve_hardware_name
 
 EXPECTED_KEYS = {"h100-sxm", "h100-pcie", "h200", "b200", "a100-40gb", "a100-80gb", "l40s", "a10g",
                  "rtx-4090", "rtx-3090", "cpu"}

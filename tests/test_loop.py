@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from picker.drafting import Draft, DraftContext, SamplingParams, StepOutcome
-from picker.loop import generate
-from picker.plugins import Capabilities
-from picker.tree import TokenTree
+from picker.engine.drafting import Draft, DraftContext, SamplingParams, StepOutcome
+from picker.engine.loop import generate
+from picker.engine.plugins import Capabilities
+from picker.engine.tree import TokenTree
 from tests.tiny import tiny_backend, tiny_llama
 
 torch.set_num_threads(1)

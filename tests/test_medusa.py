@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 import torch
 
-from picker.drafting import DraftContext, MissingArtifact, SamplingParams
-from picker.tree import TokenTree
+from picker.engine.drafting import DraftContext, MissingArtifact, SamplingParams
+from picker.engine.tree import TokenTree
 from picker.zoo.heads import HeadRecipe
 from strategies.medusa import PLUGIN, make_drafter
 from strategies.medusa.heads import DEFAULT_CHOICES, MedusaConfig, MedusaHeads, greedy_choices
@@ -206,13 +206,13 @@ def test_sampling_through_the_loop_is_seeded(toy: dict[str, Any]) -> None:
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_sibling_probe_on_a_chain_predicts_what_a_tree_accepts(toy: dict[str, Any], temperature: float,
                                                                tmp_path: Path) -> None:
-    """The profiler's counterfactual (picker.siblings), measured on Medusa's top-1 chain, predicts
+    """The profiler's counterfactual (picker.engine.siblings), measured on Medusa's top-1 chain, predicts
     the acceptance of a real one-level tree of 4 siblings through the loop, where the textbook
     sibling model (every rank accepts with α) is far off: at T = 1 sampled siblings (trained heads:
     it overstates them), at T = 0 greedy top-k siblings (heads trained for 5 steps: their first
     choice is almost never right, their second often is, which α alone cannot see)."""
-    from picker.backend import TorchBackend
-    from picker.loop import generate
+    from picker.engine.backend import TorchBackend
+    from picker.engine.loop import generate
     from policies.scalar import sibling_odds
 
     heads = toy["root"] / "trained"

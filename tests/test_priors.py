@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import ast
-import json
 import copy
+import json
 import statistics
 import subprocess
 import sys

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from picker.cli.main import app
 from picker.errors import UserError
-from picker.measurements import load_measurements
+from picker.inputs.measurements import load_measurements
 from picker.profiler.records import CellKey, Record, RecordLog, chain_positions, positions_from_histogram
 from picker.profiler.stats import MIN_BOOTSTRAP, cell_stats, tau_by_depth, wilson
 from picker.profiler.stopping import BELOW_BREAK_EVEN, DOMINATED, PRECISION, StopRule, decide, speedup_bounds

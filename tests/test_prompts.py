@@ -10,10 +10,10 @@ from typer.testing import CliRunner
 
 from picker.cli.main import app
 from picker.errors import UserError
+from picker.inputs.workload import TASK_TYPES
 from picker.tasks import Prompt, builtin_prompts, builtin_tasks, render_turn
 from picker.tasks.builtin import CODE_MODULES
 from picker.tasks.files import SPEC_BENCH_CATEGORIES, load_prompt_file, parse_category_map
-from picker.workload import TASK_TYPES
 
 runner = CliRunner()
 

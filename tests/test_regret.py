@@ -154,7 +154,7 @@ def test_label_noise_pools_replicates_as_the_labels_do(sweep: Path, replicate: P
 def test_vllm_profile_rows_become_cells_with_per_position_acceptance_and_speedup() -> None:
     """Rows as bench/regret/vllm.py records them (counter deltas from /metrics) -> summary cells."""
     from bench.regret.vllm_profile import cells_from_rows, per_pos_key
-    from picker.measurements import Measurements
+    from picker.inputs.measurements import Measurements
     from picker.profiler.vllm import ACCEPTED, DRAFT_TOKENS, DRAFTS
 
     counters = {DRAFTS: 20.0, DRAFT_TOKENS: 40.0, ACCEPTED: 30.0, per_pos_key(0): 18.0, per_pos_key(1): 12.0}

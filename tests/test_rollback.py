@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from picker.rollback import CacheEdit, KVLedger
-from picker.tree import TokenTree
-from picker.verify import VerifyResult
+from picker.engine.rollback import CacheEdit, KVLedger
+from picker.engine.tree import TokenTree
+from picker.engine.verify import VerifyResult
 
 
 class FakeCache:

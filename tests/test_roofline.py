@@ -129,7 +129,7 @@ def test_engine_resolution_and_calibration() -> None:
 
 
 def test_accepts_the_hardware_catalog_entry() -> None:
-    hardware = pytest.importorskip("picker.hardware")
+    hardware = pytest.importorskip("picker.inputs.hardware")
     hw = hardware.get_hardware("H100")
     via_catalog = forward_time(LLAMA8B, hw, 1, 1, 1024).seconds
     assert via_catalog == pytest.approx(forward_time(LLAMA8B, H100, 1, 1, 1024).seconds)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 from scipy import stats
 
-from picker.sampling import (
+from picker.engine.sampling import (
     FloatArray,
     NoMassError,
     inverse_cdf,

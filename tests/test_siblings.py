@@ -1,6 +1,6 @@
 """The counterfactual sibling odds measured on chain rejections agree with the real tree verifier.
 
-The reference is ``picker.verify.verify_sample_tree`` itself: a one-level tree whose k children
+The reference is ``picker.engine.verify.verify_sample_tree`` itself: a one-level tree whose k children
 are drawn without replacement from p (Gumbel-top-k, as Medusa's sampled trees draw them), verified
 many times; the rank that gets accepted gives each conditional rate s_r. The estimate is what the
 profiler computes: rank 1 drawn from p and rejected by ``verify_sample_chain``, then
@@ -12,9 +12,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from picker.siblings import sibling_counts
-from picker.tree import TokenTree
-from picker.verify import verify_sample_chain, verify_sample_tree
+from picker.engine.siblings import sibling_counts
+from picker.engine.tree import TokenTree
+from picker.engine.verify import verify_sample_chain, verify_sample_tree
 
 TRIALS = 20_000
 

@@ -9,10 +9,9 @@ import pytest
 from typer.testing import CliRunner
 
 from picker.cli.main import app
-from picker.plugins import Capabilities
-from picker.sweep import (
-    CurvePoint, medusa_choices, parse_tree_label, sweep_cost, sweep_grid, tree_label, verify_ratio,
-)
+from picker.engine.plugins import Capabilities
+from picker.inputs.verify_curve import CurvePoint, ratio_curve, verify_ratio
+from picker.profiler.sweep import medusa_choices, parse_tree_label, sweep_cost, sweep_grid, tree_label
 
 runner = CliRunner()
 
@@ -104,7 +103,6 @@ def test_ratio_curve_is_monotone_and_starts_at_one() -> None:
     # Timing noise made m = 8 look faster than m = 4; pooling removes the dip.
     curve = [CurvePoint(1, 128, 0.010), CurvePoint(4, 128, 0.014), CurvePoint(8, 128, 0.012),
              CurvePoint(16, 128, 0.020)]
-    from picker.sweep import ratio_curve
 
     out = ratio_curve(curve)
     assert out[0] == (1.0, 1.0)

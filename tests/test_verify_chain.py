@@ -24,8 +24,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from picker.sampling import FloatArray, IntArray, sample_batch, warp, warp_pair
-from picker.verify import (
+from picker.engine.sampling import FloatArray, IntArray, sample_batch, warp, warp_pair
+from picker.engine.verify import (
     BatchVerifyResult,
     VerifyResult,
     verify_greedy_chain,

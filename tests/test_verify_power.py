@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from picker.sampling import FloatArray, IntArray, inverse_cdf_batch, one_hot, residual, sample_batch
-from picker.verify import BatchVerifyResult, verify_sample_chain_batch
+from picker.engine.sampling import FloatArray, IntArray, inverse_cdf_batch, one_hot, residual, sample_batch
+from picker.engine.verify import BatchVerifyResult, verify_sample_chain_batch
 from tests.test_verify_chain import (
     ALPHA,
     CHAIN_CASES,

@@ -8,7 +8,7 @@ Here each step drafts a whole tree of a fixed shape, drawn in one of three ways:
 * ``without_replacement``: siblings sampled one after another, earlier siblings' tokens excluded;
 * ``top_k``: the k most likely draft tokens, deterministically (verified with ``p=None``).
 
-Exact regimes must pass; regimes that are not exact (documented in ``picker.verify``) must fail.
+Exact regimes must pass; regimes that are not exact (documented in ``picker.engine.verify``) must fail.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from typing import Any, Literal, cast
 import numpy as np
 import pytest
 
-from picker.sampling import FloatArray, IntArray, sample_batch, warp, warp_pair
-from picker.tree import TokenTree
-from picker.verify import (
+from picker.engine.sampling import FloatArray, IntArray, sample_batch, warp, warp_pair
+from picker.engine.tree import TokenTree
+from picker.engine.verify import (
     BatchVerifyResult,
     SiblingRegime,
     VerifyResult,
@@ -194,7 +194,7 @@ TREE_CASES = [
 ]
 
 # Regimes that are NOT exact: the verifier is told a sampling story that is not how the children
-# were drawn. picker.verify documents both; these cases must be rejected.
+# were drawn. picker.engine.verify documents both; these cases must be rejected.
 NOT_EXACT_CASES = [
     TreeCase("topk_drawn_verified_iid", RANDOM, SHAPE_3_1, "top_k", "iid"),
     TreeCase("wor_drawn_verified_iid", RANDOM, SHAPE_3X2, "without_replacement", "iid"),

@@ -10,9 +10,8 @@ import pytest
 from pydantic import ValidationError
 
 from picker.errors import UserError
-from picker.workload import TASK_TYPES, WorkloadProfile, estimate_params, load_profile, workload_json_schema
-from tests.bad_inputs import (BASE_PROFILE, CASES, HF_MODEL, LLAMA_CONFIG, BadInput, materialize,
-                              valid_profile_text)
+from picker.inputs.workload import TASK_TYPES, WorkloadProfile, estimate_params, load_profile, workload_json_schema
+from tests.bad_inputs import BASE_PROFILE, CASES, HF_MODEL, LLAMA_CONFIG, BadInput, materialize, valid_profile_text
 
 PROFILES_DIR = Path(__file__).resolve().parent.parent / "profiles"
 SHIPPED = sorted(PROFILES_DIR.glob("*.yaml"))

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from picker.backend import TorchBackend
+from picker.engine.backend import TorchBackend
 
 
 def tiny_llama(

@@ -28,11 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from bench.regret.hf_assisted import AssistedDrafter, Schedule
-from picker.plugins import load_strategies
+from picker.engine.plugins import load_strategies
 from picker.profiler.records import CellKey, Record, RecordLog
 from picker.profiler.source import GenParams
+from picker.profiler.sweep import SweepSource
 from picker.profiler.torch_source import _make_drafter
-from picker.sweep import SweepSource
 from picker.tasks import Prompt, builtin_prompts
 
 HF_PREFIX = "hf-"

@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from picker.drafting import Draft, DraftContext, StepOutcome
-from picker.sampling import warp
+from picker.engine.drafting import Draft, DraftContext, StepOutcome
+from picker.engine.sampling import warp
 from strategies.vanilla.drafter import DraftModelDrafter
 
 HF_NUM_ASSISTANT_TOKENS = 20

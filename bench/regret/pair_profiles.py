@@ -1,5 +1,5 @@
 """Pair a profile with a probing re-run: the earlier run's records and timings, plus the sibling
-counts (``picker.siblings``) a re-run with the same settings recorded on the identical generations.
+counts (``picker.engine.siblings``) a re-run with the same settings recorded on the identical generations.
 
 The probe reads each step's distributions, draws from a generator of its own and changes no output,
 so a re-run with the same seed produces the same tokens, acceptances and per-position counts; only

@@ -2,7 +2,7 @@
 
 Training rows come from *other* workloads: each grid cell of a training workload, with the evidence
 its own cheap profile gave (``data.profile_records``), labelled with the sweep's measured speedup.
-The held-out workload's decision is ``picker.recommend.recommend`` with the fitted estimator as
+The held-out workload's decision is ``picker.recommend.scoring.recommend`` with the fitted estimator as
 ``policy``, the held-out profile as ``measurements`` and the sweep's verify curve.
 """
 
@@ -23,10 +23,10 @@ from bench.regret.data import (
     profile_records,
     zoo_profile,
 )
-from picker.plugins import StrategyPlugin, load_strategies
-from picker.recommend import Bucket, Option, Scorer
-from picker.recommendation import Recommendation
-from picker.sweep import parse_tree_label
+from picker.engine.plugins import StrategyPlugin, load_strategies
+from picker.profiler.sweep import parse_tree_label
+from picker.recommend.contract import Recommendation
+from picker.recommend.scoring import Bucket, Option, Scorer
 from policies import analytic
 from policies.estimator import SpeedupEstimator
 from policies.features import FEATURES, base_speedup, feature_matrix, generation_steps
@@ -153,7 +153,7 @@ def grid_options(p: Prepared, sc: Scorer, strategies: set[str] | None = None) ->
     tokens, so grid trees such as (3,2,6) and (4,4,12) would be measured by the sweep but never
     offered to the policy -- the oracle would then range over a larger space than the policy.
     """
-    from picker.recommend import options_for
+    from picker.recommend.scoring import options_for
 
     plugins = load_strategies()
     known = options_for(p.profile, plugins, sc.ctx.target)  # type: ignore[arg-type]
@@ -177,12 +177,12 @@ def decide(p: Prepared, data: SweepData, est: SpeedupEstimator | None,
     """The policy's choice at batch 1 and the workload's temperature, and its predicted speedup
     (among ``strategies`` only when given: e.g. those an engine serves).
 
-    This is ``picker.recommend.recommend`` step by step (scorer, buckets, options, scoring,
-    ``picker.decide.decide``) with one difference: the options are exactly those the sweep measured,
+    This is ``picker.recommend.scoring.recommend`` step by step (scorer, buckets, options, scoring,
+    ``picker.recommend.decide.decide``) with one difference: the options are exactly those the sweep measured,
     so the sweep's best is the oracle of the very space the policy chooses from.
     """
-    from picker.decide import decide as decide_all
-    from picker.recommend import buckets, score_all
+    from picker.recommend.decide import decide as decide_all
+    from picker.recommend.scoring import buckets, score_all
 
     sc = scorer(p, data, est)
     bs = buckets(p.profile)  # type: ignore[arg-type]

@@ -200,7 +200,7 @@ def save_artifact(path: Path, every: list[Prepared], data: SweepData, held_out: 
     params = [p.profile.model_shape().params for p in every]  # type: ignore[attr-defined]
     card = {
         "name": "zoo-ci reference-loop policy",
-        "intended_use": "the zoo ci target on the reference engine (picker.loop) on a CPU, batch 1; "
+        "intended_use": "the zoo ci target on the reference engine (picker.engine.loop) on a CPU, batch 1; "
                         "outside that domain the recommendation falls back to the analytic model",
         "training_data": {"sweeps": [str(s) for s in args.sweep], "replicates": [str(s) for s in args.replicate],
                           "target": data.target_path,

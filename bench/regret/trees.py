@@ -4,7 +4,7 @@ For every tree cell of a sweep that runs as a tree (greedy top-k trees at T = 0;
 strategies that declare ``Capabilities.sampled_tree``), compare the measured tokens per decode step
 with the tree model fed by the policy's cheap profile (the chain cell of that strategy, task and
 temperature): once with the textbook sibling model (every rank accepts with α) and once with the
-sibling odds the profiler measured on the chain's rejections (``picker.siblings``, shrunk as the
+sibling odds the profiler measured on the chain's rejections (``picker.engine.siblings``, shrunk as the
 policy shrinks them). Tokens per step carry no timing noise, so this isolates the acceptance model
 from the step costs.
 
@@ -19,10 +19,10 @@ import statistics
 from pathlib import Path
 
 from bench.regret.data import load_sweeps
-from picker.measurements import Measurements
-from picker.plugins import load_strategies
+from picker.engine.plugins import load_strategies
+from picker.inputs.measurements import Measurements
 from picker.profiler.summary import build_summary
-from picker.sweep import parse_tree_label
+from picker.profiler.sweep import parse_tree_label
 from policies.cell_evidence import sibling_rates
 from policies.scalar import tree_length
 

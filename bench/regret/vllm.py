@@ -7,7 +7,7 @@ vLLM's default and the best of a small measured grid, timed by the engine.
 The CPU build serves ``ngram`` and ``draft_model`` only, so the policy chooses among the sweep's
 ngram and draft-model ("vanilla") chains: the same held-out fit as ``regret.py`` (leave the
 workload's task type out), the same cheap reference-engine profile, restricted to what vLLM
-serves. Its configuration is what ``specpick`` emits for vLLM (``picker.engine_configs``); vLLM's
+serves. Its configuration is what ``specpick`` emits for vLLM (``picker.recommend.engine_configs``); vLLM's
 default is ``{"method": "ngram", "num_speculative_tokens": 5}`` with vLLM filling in the rest
 (prompt lookup 5..5). The grid is ngram N in {2, 4, 8} and draft model N in {1, 2, 4}, as emitted,
 plus the policy's own choices and plain decoding (the oracle may leave speculation off).
@@ -62,8 +62,8 @@ def emitted(g: GridKey, draft: str) -> dict[str, Any] | None:
     """What specpick emits for vLLM for grid configuration ``g`` (None: plain decoding)."""
     if g.strategy == "plain":
         return None
-    from picker.engine_configs import ScheduleEntry, build_engine_configs
-    from picker.plugins import load_strategies
+    from picker.engine.plugins import load_strategies
+    from picker.recommend.engine_configs import ScheduleEntry, build_engine_configs
 
     caps = load_strategies()[g.strategy].capabilities
     cfg = build_engine_configs(strategy=g.strategy, engines=caps.engines, num_speculative_tokens=g.n, tree=None,

@@ -9,7 +9,7 @@ the evaluation never uses, one pass. (The first design, prompt lookup at N = 8 o
 read R(N) for prompt lookup as a line through (0, 1) and one noisy point, and chose badly: 0.72 of
 the grid's best; see bench/regret/README.md.) Acceptance (per position) comes from the servers' ``/metrics`` counters; the speedup
 against plain at each measured N gives the step ratio R(N) (``policies.cell_evidence.live_step_ratio``),
-which ``picker.recommend.Scorer`` interpolates for every other N. The reference-engine correction
+which ``picker.recommend.scoring.Scorer`` interpolates for every other N. The reference-engine correction
 is out of its domain here: the decision is the analytic model with vLLM's measured costs.
 """
 
@@ -53,7 +53,7 @@ def parse_label(label: str) -> GridKey:
 
 
 def cells_from_rows(rows: list[dict[str, Any]], max_new_tokens: int) -> list[dict[str, Any]]:
-    """Summary cells (``picker.measurements.Cell`` fields) from profile rows: Σ over passes per
+    """Summary cells (``picker.inputs.measurements.Cell`` fields) from profile rows: Σ over passes per
     configuration and workload, speedup against plain's tokens/s in the same run."""
     tot: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for r in rows:
@@ -99,7 +99,7 @@ def decide_on_vllm(regret: dict[str, Any], cells: list[dict[str, Any]], workload
     acceptance and step costs (no learned correction: its domain is the reference engine)."""
     from bench.regret.data import load_sweeps
     from bench.regret.policy import decide, prepare
-    from picker.measurements import Measurements
+    from picker.inputs.measurements import Measurements
 
     data = load_sweeps([Path(s) for s in regret["sweeps"]], [Path(s) for s in regret.get("replicates", [])])
     m = Measurements.model_validate({"cells": cells, "source": "vllm profile", "run": {"backend": "vllm"}})

@@ -80,7 +80,7 @@ def generate(
     """Generate from a prompt with plain decoding or a speculative strategy (exact at any T)."""
     if top_p == 0.0:
         raise UserError("must be in (0, 1]", field="--top-p")
-    from picker.plugins import load_strategies
+    from picker.engine.plugins import load_strategies
 
     plugins = load_strategies()
     if strategy != "none" and strategy not in plugins:
@@ -123,27 +123,22 @@ class Request:
 
 
 def _resolve(plugin: Any, req: Request) -> tuple[Path, dict[str, Path]]:
-    """The target folder and the artifacts by kind (``zoo`` builds the zoo ci on first use)."""
-    from picker import runtime
+    """The target folder and the artifacts by kind (``zoo`` builds the zoo on first use)."""
+    from picker.engine.runtime import model_folder
+    from picker.zoo.resolve import ZOO, resolve_target, zoo_paths, zoo_size
 
     # A draft model is resolved only for a strategy that declares it needs one; the zoo draft is
     # the default only beside the zoo target (it would not share a user model's tokenizer).
     wants_draft = plugin is not None and plugin.capabilities.artifact == "draft_model"
-    draft = req.draft if req.draft is not None or req.model != runtime.ZOO else runtime.ZOO
-    zoo = None
-    if req.model == runtime.ZOO or (wants_draft and draft == runtime.ZOO):
-        zoo = runtime.zoo_paths()
-    artifacts: dict[str, Path] = {}
-    if zoo is not None and req.model == runtime.ZOO:
-        target_dir = zoo.target
-        artifacts.update(runtime.zoo_artifacts(zoo))  # heads trained on this very target
-    else:
-        target_dir = runtime.model_folder(req.model, "--model")
+    target_dir, artifacts, zoo = resolve_target(req.model)  # a zoo target: heads trained on it
+    draft = req.draft if req.draft is not None or zoo is None else ZOO
     if wants_draft:
         if draft is None:
             raise UserError("needs --draft PATH (a draft model with the target's tokenizer)", field="--draft")
-        artifacts["draft_model"] = zoo.draft if zoo is not None and draft == runtime.ZOO \
-            else runtime.model_folder(draft, "--draft")
+        if zoo_size(draft) is not None:
+            artifacts["draft_model"] = (zoo if zoo is not None and draft == ZOO else zoo_paths(draft)).draft
+        else:
+            artifacts["draft_model"] = model_folder(draft, "--draft")
     if req.heads is not None and plugin is not None and plugin.capabilities.artifact is not None:
         artifacts[plugin.capabilities.artifact] = req.heads
     return target_dir, artifacts
@@ -155,10 +150,10 @@ def _run(plugin: Any, req: Request) -> dict[str, Any]:
     import torch
     from transformers.utils import logging as hf_logging
 
-    from picker import runtime
-    from picker.backend import TorchBackend
-    from picker.drafting import SamplingParams
-    from picker.loop import generate as run_loop
+    from picker.engine import runtime
+    from picker.engine.backend import TorchBackend
+    from picker.engine.drafting import SamplingParams
+    from picker.engine.loop import generate as run_loop
 
     if req.threads > 0:
         torch.set_num_threads(req.threads)

@@ -95,15 +95,15 @@ def recommend(
     plot: Annotated[Path | None, typer.Option(help="Write a PNG of predicted speedup vs N and vs batch size.")] = None,
 ) -> None:
     """Recommend a speculative-decoding setting for a workload, with engine configs and a rollout."""
-    from picker.measurements import load_measurements
-    from picker.recommend import recommend as build
-    from picker.render import render
-    from picker.workload import load_profile
+    from picker.inputs.measurements import load_measurements
+    from picker.inputs.workload import load_profile
+    from picker.recommend.render import render
+    from picker.recommend.scoring import recommend as build
 
     prof = load_profile(profile)
     meas = load_measurements(measurements) if measurements is not None else None
     if explain or policy is not None or plot is not None:
-        from picker.explain import recommend_command
+        from picker.recommend.explain import recommend_command
 
         write_output(recommend_command(prof, meas, measurements, policy, explain, plot, fmt.value, str(profile)), out)
         return
@@ -132,8 +132,8 @@ def estimate(
     """Predict the speedup of one configuration with the cost model."""
     import json
 
-    from picker.hardware import get_hardware
-    from picker.plugins import load_strategies
+    from picker.engine.plugins import load_strategies
+    from picker.inputs.hardware import get_hardware
     from policies.costmodel import estimate as run
 
     if (alpha is None) == (mean_accepted_tokens is None):
@@ -168,7 +168,7 @@ def schema(out: Annotated[Path | None, typer.Option(help="Write here instead of 
     """Print the workload profile's JSON Schema."""
     import json
 
-    from picker.workload import workload_json_schema
+    from picker.inputs.workload import workload_json_schema
 
     write_output(json.dumps(workload_json_schema(), indent=2) + "\n", out)
 
@@ -179,7 +179,7 @@ def strategies(fmt: Annotated[Fmt, typer.Option("--format", help="md (a table) o
     """List registered strategy plugins and their declared capabilities."""
     import json
 
-    from picker.plugins import load_strategies
+    from picker.engine.plugins import load_strategies
 
     plugins = [p.to_dict() for p in load_strategies().values()]
     if fmt is Fmt.json:
@@ -194,8 +194,8 @@ def main() -> None:  # pragma: no cover - console entry point
     app()
 
 
-from picker.cli import profile as _profile  # noqa: E402,F401  -- registers `specpick profile` on app
 from picker.cli import generate as _generate  # noqa: E402,F401  -- registers `specpick generate` on app
+from picker.cli import profile as _profile  # noqa: E402,F401  -- registers `specpick profile` on app
 from picker.cli import sweep as _sweep  # noqa: E402,F401  -- registers `specpick sweep` on app
 from picker.zoo import cli as _zoo_cli  # noqa: E402  -- `specpick zoo build|path|...`
 

@@ -23,18 +23,25 @@ from typing import Annotated, Any
 
 import typer
 
+from picker.cli.main import app, user_errors  # noqa: E402
+from picker.errors import UserError  # noqa: E402
+
 # The shared helpers come first: `specpick sweep` imports them from here while main.py is loading.
 from picker.profiler.options import (  # noqa: F401  -- re-exported for picker.cli.sweep
     parse_artifacts,
     parse_draft_lengths,
     parse_list,
     parse_temperatures,
+)
+from picker.profiler.options import (
     prompts_by_task as _prompts,
+)
+from picker.profiler.options import (
     resolve_model as _resolve_model,
+)
+from picker.profiler.options import (
     workload_defaults as _workload_defaults,
 )
-from picker.cli.main import app, user_errors  # noqa: E402
-from picker.errors import UserError  # noqa: E402
 
 
 class Backend(str, Enum):

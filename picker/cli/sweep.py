@@ -68,11 +68,11 @@ def sweep(
 ) -> None:
     """Measure every grid point (strategy x N x tree x temperature) on the reference engine."""
     from picker.cli.profile import parse_artifacts
-    from picker.plugins import load_strategies
+    from picker.engine.plugins import load_strategies
     from picker.profiler.progress import RichProgress
     from picker.profiler.run import ProfileConfig, Profiler
     from picker.profiler.stopping import StopRule
-    from picker.sweep import (
+    from picker.profiler.sweep import (
         CURVE_NAME,
         SweepSource,
         check_grid,

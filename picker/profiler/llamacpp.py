@@ -177,7 +177,7 @@ class LlamaCppSource:
         return out
 
     def configs(self, strategies: Sequence[str], num_draft_tokens: Sequence[int]) -> list[DraftConfig]:
-        from picker.plugins import load_strategies
+        from picker.engine.plugins import load_strategies
 
         # Declared engine names (capabilities), not our strategy names, tell what the server runs.
         matches = sorted(p.name for p in load_strategies().values()

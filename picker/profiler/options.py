@@ -72,7 +72,7 @@ def workload_defaults(path: Path | None) -> tuple[list[str] | None, list[float] 
     """Task types and temperatures a workload profile serves (its task mix and temperature points)."""
     if path is None:
         return None, None
-    from picker.workload import load_profile
+    from picker.inputs.workload import load_profile
 
     prof = load_profile(path)
     tasks = [t for t, w in prof.traffic.task_weights().items() if w > 0]
@@ -108,19 +108,22 @@ def prompts_by_task(prompts: str, tasks: list[str] | None, limit: int, category_
 
 
 def resolve_model(model: str, artifacts: dict[str, Path]) -> tuple[Path, dict[str, Path]]:
-    """``zoo`` builds (or reuses) the CI zoo and fills in its draft and heads; else a local folder."""
-    if model not in ("zoo", "zoo:ci", "zoo:small"):
-        return Path(model), artifacts
-    from picker.plugins import load_strategies
-    from picker.runtime import zoo_artifacts
-    from picker.zoo import build_zoo  # type: ignore[attr-defined]
+    """``zoo`` builds (or reuses) the zoo and fills in its draft and heads; else a local folder.
 
-    paths = build_zoo("small" if model == "zoo:small" else "ci")
-    by_kind = zoo_artifacts(paths)  # the draft model, and <zoo root>/<kind>/ for trained heads
+    Artifacts here are keyed by strategy name (``--artifact NAME=PATH``): a zoo artifact of the
+    kind a strategy declares fills in for every strategy the user named none for.
+    """
+    from picker.zoo.resolve import resolve_target, zoo_size
+
+    if zoo_size(model) is None:
+        return Path(model), artifacts
+    from picker.engine.plugins import load_strategies
+
+    target, by_kind, _ = resolve_target(model)
     found = dict(artifacts)
     for name, plugin in load_strategies().items():
         kind = plugin.capabilities.artifact
         where = by_kind.get(kind) if kind is not None else None
         if where is not None and where.exists() and name not in found:
             found[name] = where
-    return Path(paths.target), found
+    return Path(target), found

@@ -79,7 +79,7 @@ class Record:
     pos_reached: tuple[int, ...] = ()
     pos_accepted: tuple[int, ...] = ()
     accept_hist: tuple[int, ...] = ()
-    # Expected counts of sibling ranks 2.. reached / accepted at sampled rejections (picker.siblings);
+    # Expected counts of sibling ranks 2.. reached / accepted at sampled rejections (picker.engine.siblings);
     # empty where not probed (greedy, deterministic drafts, engines).
     sib_reached: tuple[float, ...] = ()
     sib_accepted: tuple[float, ...] = ()

@@ -123,7 +123,7 @@ class SGLangSource:
         return {"backend": "sglang", "url": self.url, **{k: self.info.get(k) for k in keys}}
 
     def configs(self, strategies: Sequence[str], num_draft_tokens: Sequence[int]) -> list[DraftConfig]:
-        from picker.plugins import load_strategies
+        from picker.engine.plugins import load_strategies
 
         algo = str(self.info["speculative_algorithm"]).upper()
         # Declared engine names (capabilities), not our strategy names, tell what the server runs.

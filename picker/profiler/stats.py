@@ -62,7 +62,7 @@ class CellStats:
     alpha_iid_ci: tuple[float, float] | None
     per_position: list[float | None]
     per_position_n: list[int]
-    sibling_accept: list[float | None]  # conditional acceptance of sibling ranks 2.. (picker.siblings)
+    sibling_accept: list[float | None]  # conditional acceptance of sibling ranks 2.. (picker.engine.siblings)
     sibling_reached: list[float]        # expected rejections that reached each of those ranks
     tau: float | None
     tokens_per_forward: float | None

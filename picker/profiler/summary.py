@@ -3,7 +3,7 @@
 The summary is a pure function of ``records.jsonl`` (plus run metadata), rewritten atomically, so
 whatever stops a run — a kill, Ctrl-C, a failing endpoint — the summary on disk is consistent
 with the records on disk. ``specpick recommend --measurements`` reads it
-(``picker.measurements.Cell``).
+(``picker.inputs.measurements.Cell``).
 
     >>> from picker.profiler.records import CellKey, Record
     >>> key = CellKey("math", "ngram", 0.0, 2)

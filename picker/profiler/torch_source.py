@@ -1,4 +1,4 @@
-"""Profile through the reference loop (``picker.loop.generate``) on a local Hugging Face target.
+"""Profile through the reference loop (``picker.engine.loop.generate``) on a local Hugging Face target.
 
 Every generation runs on one thread by default (timings on a shared CPU swing 10-50x with more);
 per-step stats from the loop become record counters:
@@ -27,10 +27,10 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from picker.engine.runtime import build_drafter, encode, eos_token_ids, load_tokenizer
 from picker.errors import UserError
 from picker.profiler.records import CellKey, Record
 from picker.profiler.source import DraftConfig, GenParams
-from picker.runtime import build_drafter, encode, eos_token_ids, load_tokenizer
 from picker.tasks import Prompt, render_turn
 
 # Sibling ranks the probe measures at sampled rejections (2..8): covers the trees' top-k up to 8
@@ -39,7 +39,7 @@ SIBLING_RANKS = 8
 
 
 def step_counters(steps: Sequence[Any]) -> dict[str, Any]:
-    """Sum the loop's per-step records (``picker.loop.StepRecord``) into record counters."""
+    """Sum the loop's per-step records (``picker.engine.loop.StepRecord``) into record counters."""
     reached: list[int] = []
     acc: list[int] = []
     out = {"forwards": len(steps), "steps": 0, "draft_steps": 0, "drafted": 0, "accepted": 0,
@@ -79,7 +79,7 @@ class TorchSource:
                  dtype: str = "float32", threads: int = 1) -> None:
         import torch
 
-        from picker.backend import TorchBackend
+        from picker.engine.backend import TorchBackend
 
         if threads > 0:
             torch.set_num_threads(threads)
@@ -98,7 +98,7 @@ class TorchSource:
                 "artifacts": {k: str(v) for k, v in sorted(self.artifacts.items())}}
 
     def configs(self, strategies: Sequence[str], num_draft_tokens: Sequence[int]) -> list[DraftConfig]:
-        from picker.plugins import load_strategies
+        from picker.engine.plugins import load_strategies
 
         plugins = load_strategies()
         unknown = [s for s in strategies if s not in plugins]
@@ -120,7 +120,7 @@ class TorchSource:
         """(drafter, capabilities, max_draft) for ``cell``; no drafter for the plain baseline."""
         if cell.is_plain:
             return None, None, 1
-        from picker.plugins import load_strategies
+        from picker.engine.plugins import load_strategies
 
         plugin = load_strategies()[cell.strategy]
         key = CellKey("", cell.strategy, 0.0, cell.num_draft_tokens, cell.tree)  # shared across tasks
@@ -133,8 +133,8 @@ class TorchSource:
     def _one(self, cell: CellKey, prompt: Prompt, params: GenParams) -> Record:
         import numpy as np
 
-        from picker.drafting import SamplingParams
-        from picker.loop import generate
+        from picker.engine.drafting import SamplingParams
+        from picker.engine.loop import generate
 
         drafter, caps, max_draft = self._drafter(cell)
         # One seeded stream per (prompt, cell): reruns reproduce, cells never share draws.

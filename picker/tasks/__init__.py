@@ -11,7 +11,7 @@ turn's generation appended to the conversation before the next turn (:func:`rend
     >>> ps == builtin_prompts(["math", "code"], limit=2)     # deterministic
     True
 
-Task types are the workload profile's (``picker.workload.TASK_TYPES``), so measured cells line
+Task types are the workload profile's (``picker.inputs.workload.TASK_TYPES``), so measured cells line
 up with a profile's task mix. Every task type except ``translation`` has a built-in set (no
 parallel text ships with Python); prompt files may use any of them.
 """
@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from picker.workload import TASK_TYPES
+from picker.inputs.workload import TASK_TYPES
 
 # Sent in front of a turn when a prompt has several turns (the Spec-Bench / MT-bench shape). Plain
 # role tags rather than one model's chat template: live endpoints get raw text through /generate

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from picker.errors import UserError
+from picker.inputs.workload import TASK_TYPES
 from picker.tasks import Prompt
-from picker.workload import TASK_TYPES
 
 # Spec-Bench's 13 categories (its question.jsonl: MT-bench's eight, then translation,
 # summarization, qa, math_reasoning, rag) mapped to our task types; entries of --category-map win.

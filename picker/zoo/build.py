@@ -36,11 +36,22 @@ from picker.zoo import measure
 from picker.zoo.corpus import DOMAINS, Corpus, build_corpus
 from picker.zoo.recipe import RECIPES, Recipe, ZooSize, build_threads, cache_root, recipe_hash
 from picker.zoo.tokenizer import (
-    BOS_ID, EOS_ID, PAD_ID, encode_documents, save_tokenizer, train_tokenizer,
+    BOS_ID,
+    EOS_ID,
+    PAD_ID,
+    encode_documents,
+    save_tokenizer,
+    train_tokenizer,
 )
 from picker.zoo.train import (
-    StepCallback, deterministic, new_model, pack, param_count,
-    sample_continuations, save_quietly, train,
+    StepCallback,
+    deterministic,
+    new_model,
+    pack,
+    param_count,
+    sample_continuations,
+    save_quietly,
+    train,
 )
 
 

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from picker.plugins import ENTRY_POINT_GROUP, load_strategies
+from picker.engine.plugins import ENTRY_POINT_GROUP, load_strategies
 from picker.zoo.corpus import DOMAINS, Corpus
 from picker.zoo.tokenizer import encode_documents, load_tokenizer
 from picker.zoo.train import deterministic
@@ -79,7 +79,7 @@ class DistillSet:
 
     ``hidden["last"]`` is the final layer after the final norm (what the LM head reads);
     ``hidden[i]`` for ``0 <= i < L`` is the output of decoder layer i (0-based, before any norm;
-    for i = L - 1 it is ``"last"``, as in ``picker.backend``). The same keys and meaning as
+    for i = L - 1 it is ``"last"``, as in ``picker.engine.backend``). The same keys and meaning as
     ``DraftContext.hidden``, so training and inference read identical features.
     """
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from picker.plugins import Capabilities, StrategyPlugin
+from picker.engine.plugins import Capabilities, StrategyPlugin
 
 if TYPE_CHECKING:
     from picker.zoo.heads import DistillData

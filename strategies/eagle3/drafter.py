@@ -20,7 +20,7 @@ from the draft's warped distribution and sent with ``p``: accepting with ``min(1
 much more of a flat target's mass than ``q(d)`` for a top-k guess does.
 
     >>> import numpy as np, torch
-    >>> from picker.drafting import DraftContext, SamplingParams
+    >>> from picker.engine.drafting import DraftContext, SamplingParams
     >>> from strategies.eagle3.model import Eagle3Config, Eagle3Head
     >>> from strategies.eagle3.train import FrozenTarget
     >>> cfg = Eagle3Config(hidden_size=8, intermediate_size=16, num_heads=2, num_kv_heads=1,
@@ -45,9 +45,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from picker.drafting import Draft, DraftContext, MissingArtifact, SamplingParams, StepOutcome
-from picker.sampling import inverse_cdf, warp
-from picker.tree import TokenTree
+from picker.engine.drafting import Draft, DraftContext, MissingArtifact, SamplingParams, StepOutcome
+from picker.engine.sampling import inverse_cdf, warp
+from picker.engine.tree import TokenTree
 from strategies.eagle3.model import CONFIG_NAME, KV, Eagle3Head, causal_mask
 from strategies.eagle3.train import FrozenTarget
 

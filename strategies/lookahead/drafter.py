@@ -20,12 +20,12 @@ token is computed twice), and the window's next guesses are read from that forwa
 paper, stated: the window's cells are ordinary tree nodes, so the verifier may also accept a
 path through level 0 (a Jacobi guess chain) -- a free extra candidate. Verification is exact at
 any temperature: every node is a deterministic function of the history, verified with
-``p = None`` (accept ``d`` with probability ``q(d)``; picker.verify, recursive rejection over
+``p = None`` (accept ``d`` with probability ``q(d)``; picker.engine.verify, recursive rejection over
 siblings). When k > 1 tokens are accepted the window is not re-aligned (the paper's
 implementation does the same): its guesses only lose quality, never correctness.
 
     >>> import numpy as np
-    >>> from picker.drafting import DraftContext, SamplingParams
+    >>> from picker.engine.drafting import DraftContext, SamplingParams
     >>> drafter = LookaheadDrafter(window=2, ngram=3, verify_set=2)
     >>> seq = [5, 6, 7, 8]
     >>> drafter.reset(seq)
@@ -40,8 +40,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from picker.drafting import Draft, DraftContext, StepOutcome
-from picker.tree import TokenTree
+from picker.engine.drafting import Draft, DraftContext, StepOutcome
+from picker.engine.tree import TokenTree
 
 EMPTY = Draft(tree=TokenTree((), ()), p=None)
 

@@ -11,7 +11,7 @@ drawn from the heads' warped distributions and sent with ``p``: the verifier the
 ``min(1, q/p)``, which keeps far more of a flat target's mass than ``q(d)`` for a top-k guess.
 
     >>> import numpy as np, torch
-    >>> from picker.drafting import DraftContext, SamplingParams
+    >>> from picker.engine.drafting import DraftContext, SamplingParams
     >>> from strategies.medusa.heads import MedusaConfig, MedusaHeads
     >>> heads = MedusaHeads(MedusaConfig(hidden_size=8, vocab_size=11, num_heads=2,
     ...                                  choices=((0,), (1,), (0, 0))))
@@ -33,9 +33,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from picker.drafting import Draft, DraftContext, MissingArtifact, SamplingParams
-from picker.sampling import warp
-from picker.tree import TokenTree
+from picker.engine.drafting import Draft, DraftContext, MissingArtifact, SamplingParams
+from picker.engine.sampling import warp
+from picker.engine.tree import TokenTree
 from strategies.medusa.heads import CONFIG_NAME, MedusaHeads
 
 EMPTY = Draft(tree=TokenTree((), ()), p=None)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from picker.plugins import Capabilities, StrategyPlugin
+from picker.engine.plugins import Capabilities, StrategyPlugin
 
 if TYPE_CHECKING:
     from strategies.ngram.drafter import PromptLookupDrafter

@@ -8,7 +8,7 @@ deterministic function of the sequence: ``p`` is None, and the verifier accepts 
 probability ``q(d)`` -- exact at any temperature.
 
     >>> import numpy as np
-    >>> from picker.drafting import DraftContext, SamplingParams
+    >>> from picker.engine.drafting import DraftContext, SamplingParams
     >>> drafter = PromptLookupDrafter(num_draft_tokens=3, n_max=2)
     >>> seq = [7, 1, 2, 3, 4, 9, 1, 2]                 # "1 2" occurred before, followed by 3 4 9
     >>> drafter.reset(seq)
@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from picker.drafting import Draft, DraftContext, StepOutcome
-from picker.tree import TokenTree
+from picker.engine.drafting import Draft, DraftContext, StepOutcome
+from picker.engine.tree import TokenTree
 
 EMPTY = Draft(tree=TokenTree((), ()), p=None)
 

@@ -8,8 +8,8 @@ after a full acceptance) is fed in one forward.
 
     >>> import numpy as np, torch
     >>> from transformers import LlamaConfig, LlamaForCausalLM
-    >>> from picker.backend import TorchBackend
-    >>> from picker.drafting import DraftContext, SamplingParams
+    >>> from picker.engine.backend import TorchBackend
+    >>> from picker.engine.drafting import DraftContext, SamplingParams
     >>> torch.manual_seed(0)  # doctest: +ELLIPSIS
     <...>
     >>> cfg = LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
@@ -32,10 +32,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from picker.backend import TorchBackend
-from picker.drafting import Draft, DraftContext, MissingArtifact
-from picker.sampling import inverse_cdf, warp
-from picker.tree import TokenTree
+from picker.engine.backend import TorchBackend
+from picker.engine.drafting import Draft, DraftContext, MissingArtifact
+from picker.engine.sampling import inverse_cdf, warp
+from picker.engine.tree import TokenTree
 
 if TYPE_CHECKING:
     import torch

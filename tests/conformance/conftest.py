@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 import torch
 
-from picker.backend import TorchBackend
-from picker.drafting import Drafter, MissingArtifact
-from picker.plugins import StrategyPlugin, load_strategies
+from picker.engine.backend import TorchBackend
+from picker.engine.drafting import Drafter, MissingArtifact
+from picker.engine.plugins import StrategyPlugin, load_strategies
 from tests.conformance.third_party import discoverable
 
 torch.set_num_threads(1)  # one thread: two on a busy 2-core machine are many times slower
@@ -49,7 +49,7 @@ class Strategy:
 
 @pytest.fixture(scope="session")
 def zoo() -> Any:
-    from picker.runtime import zoo_paths
+    from picker.zoo.resolve import zoo_paths
 
     return zoo_paths(progress=False)
 
@@ -61,14 +61,14 @@ def target(zoo: Any) -> TorchBackend:
 
 @pytest.fixture(scope="session")
 def tokenizer(zoo: Any) -> Any:
-    from picker.runtime import load_tokenizer
+    from picker.engine.runtime import load_tokenizer
 
     return load_tokenizer(Path(zoo.target))
 
 
 @pytest.fixture(scope="session")
 def artifacts(zoo: Any) -> dict[str, Path]:
-    from picker.runtime import zoo_artifacts
+    from picker.zoo.resolve import zoo_artifacts
 
     return zoo_artifacts(zoo)
 
@@ -76,7 +76,7 @@ def artifacts(zoo: Any) -> dict[str, Path]:
 @pytest.fixture(scope="session", params=STRATEGIES)
 def strategy(request: pytest.FixtureRequest, target: TorchBackend, artifacts: dict[str, Path]) -> Iterator[Strategy]:
     """Each registered strategy once per session; drafters are reused (``reset`` per generation)."""
-    from picker.runtime import build_drafter
+    from picker.engine.runtime import build_drafter
 
     name = request.param
     with discoverable():

@@ -20,10 +20,10 @@ import numpy as np
 import torch
 from scipy import stats
 
-from picker.backend import ForwardOutput, TorchBackend
-from picker.drafting import SamplingParams
-from picker.sampling import warp
-from picker.tree import TokenTree
+from picker.engine.backend import ForwardOutput, TorchBackend
+from picker.engine.drafting import SamplingParams
+from picker.engine.sampling import warp
+from picker.engine.tree import TokenTree
 
 Key = tuple[int, ...]
 

@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from picker.backend import TorchBackend
-from picker.drafting import SamplingParams
-from picker.loop import generate
+from picker.engine.backend import TorchBackend
+from picker.engine.drafting import SamplingParams
+from picker.engine.loop import generate
 from tests.conformance.conftest import Strategy
 from tests.conformance.harness import CheckingBackend
 
@@ -27,7 +27,7 @@ def checking(target: TorchBackend) -> CheckingBackend:
 
 @pytest.fixture(scope="session")
 def prompts(tokenizer: Any) -> list[list[int]]:
-    from picker.runtime import encode
+    from picker.engine.runtime import encode
     from picker.tasks import builtin_prompts, render_turn
 
     ps = builtin_prompts(["code", "structured", "math", "chat"], limit=2, seed=1)

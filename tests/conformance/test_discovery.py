@@ -8,7 +8,7 @@ from importlib.metadata import distribution, entry_points
 from typer.testing import CliRunner
 
 from picker.cli.main import app
-from picker.plugins import ENTRY_POINT_GROUP, load_strategies
+from picker.engine.plugins import ENTRY_POINT_GROUP, load_strategies
 from tests.conformance.conftest import INSTALL_ERROR, STRATEGIES
 from tests.conformance.third_party import PLUGIN_NAME, discoverable, install
 

@@ -32,13 +32,13 @@ import pytest
 import torch
 from scipy import stats
 
-import picker.loop
-from picker.backend import TorchBackend
-from picker.drafting import SamplingParams
-from picker.loop import generate
-from picker.sampling import inverse_cdf
-from picker.tree import TokenTree
-from picker.verify import VerifyResult
+import picker.engine.loop
+from picker.engine.backend import TorchBackend
+from picker.engine.drafting import SamplingParams
+from picker.engine.loop import generate
+from picker.engine.sampling import inverse_cdf
+from picker.engine.tree import TokenTree
+from picker.engine.verify import VerifyResult
 from tests.conformance.conftest import Strategy
 from tests.conformance.harness import ReplayBackend, bin_of, chi_square, exact_joint, expanded_prefixes
 
@@ -61,7 +61,7 @@ def replay(target: TorchBackend) -> ReplayBackend:
 
 @pytest.fixture(scope="session")
 def prompt_ids(tokenizer: Any, target: TorchBackend) -> list[int]:
-    from picker.runtime import encode
+    from picker.engine.runtime import encode
 
     seed = encode(tokenizer, PROMPT)
     return [*seed, *generate(target, seed, max_new_tokens=GREEDY).tokens]
@@ -166,8 +166,8 @@ def test_a_loop_that_skips_the_residual_fails_the_chi_square(
     """The same test with a planted bug: it must fail (a sampled-p and a deterministic strategy)."""
     if strategy.name not in PLANTED:
         pytest.skip(f"the planted bug is shown on {', '.join(PLANTED)}")
-    monkeypatch.setattr(picker.loop, "verify_sample_chain", chain_skipping_residual)
-    monkeypatch.setattr(picker.loop, "verify_sample_tree", tree_skipping_residual)
+    monkeypatch.setattr(picker.engine.loop, "verify_sample_chain", chain_skipping_residual)
+    monkeypatch.setattr(picker.engine.loop, "verify_sample_tree", tree_skipping_residual)
     bins = exact_joint(replay, prompt_ids, DEPTH, PLANTED_K, SAMPLING)
     pvalue, dof = chi_square(draw(strategy, replay, prompt_ids, PLANTED_K, seed=1), bins)
     assert pvalue < 1e-6, f"the planted bug went unnoticed: p = {pvalue:.2e} over {dof} dof"

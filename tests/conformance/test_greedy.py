@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from picker.backend import TorchBackend
-from picker.loop import generate
+from picker.engine.backend import TorchBackend
+from picker.engine.loop import generate
 from tests.conformance.conftest import Strategy
 from tests.conformance.harness import greedy_tie
 
@@ -21,7 +21,7 @@ PER_TASK, CONTEXT, NEW = 30, 40, 12
 
 @pytest.fixture(scope="session")
 def prompt_ids(tokenizer: Any) -> list[list[int]]:
-    from picker.runtime import encode
+    from picker.engine.runtime import encode
     from picker.tasks import builtin_prompts, builtin_tasks, render_turn
 
     prompts = builtin_prompts(list(builtin_tasks()), limit=PER_TASK)

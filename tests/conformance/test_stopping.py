@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from picker.backend import TorchBackend
-from picker.loop import generate
+from picker.engine.backend import TorchBackend
+from picker.engine.loop import generate
 from tests.conformance.conftest import Strategy
 
 PROMPTS = ["x = 1\ny = 2\nx = 1\ny = 2\nx =", "def add(a, b):\n    return a + b\n\ndef add(",
@@ -20,7 +20,7 @@ PROMPTS = ["x = 1\ny = 2\nx = 1\ny = 2\nx =", "def add(a, b):\n    return a + b\
 
 @pytest.fixture(scope="session")
 def cases(tokenizer: Any, target: TorchBackend) -> list[tuple[list[int], list[int]]]:
-    from picker.runtime import encode
+    from picker.engine.runtime import encode
 
     out = []
     for text in PROMPTS:

@@ -2,7 +2,7 @@
 
 llama-server and the ci zoo as GGUF come from ``bash scripts/engines-setup.sh llamacpp`` (opt-in,
 under ``$SPECPICKER_ENGINES_DIR/llamacpp``); without them these tests skip and say that command.
-Each server is started with the llama.cpp arguments ``picker.engine_configs`` emits, on 127.0.0.1,
+Each server is started with the llama.cpp arguments ``picker.recommend.engine_configs`` emits, on 127.0.0.1,
 with ``--metrics`` so its own counters can be set against the profiler's numbers:
 
 1. draft-simple with the zoo draft and ``--spec-synth-rates``: the server accepts position k with
@@ -32,12 +32,12 @@ import pytest
 from typer.testing import CliRunner
 
 from picker.cli.main import app
-from picker.engine_configs import ScheduleEntry, build_engine_configs
-from picker.measurements import load_measurements
-from picker.plugins import load_strategies
+from picker.engine.plugins import load_strategies
+from picker.inputs.measurements import load_measurements
+from picker.inputs.workload import load_profile
 from picker.profiler.run import records_of
-from picker.recommend import Scorer
-from picker.workload import load_profile
+from picker.recommend.engine_configs import ScheduleEntry, build_engine_configs
+from picker.recommend.scoring import Scorer
 from tests.engines.support import ENGINES_DIR, ROOT
 
 pytestmark = pytest.mark.engines

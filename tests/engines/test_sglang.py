@@ -20,13 +20,17 @@ from typing import Any
 
 import pytest
 
-from picker.engine_configs import (
-    ENGINE_VERSIONS, SGLANG_ADAPTIVE_FILE, SGLANG_EAGLE_FAMILY, ScheduleEntry, build_engine_configs,
+from picker.engine.plugins import load_strategies
+from picker.inputs.workload import load_profile
+from picker.recommend.engine_configs import (
+    ENGINE_VERSIONS,
+    SGLANG_ADAPTIVE_FILE,
+    SGLANG_EAGLE_FAMILY,
+    ScheduleEntry,
+    build_engine_configs,
     check_sglang_tree,
 )
-from picker.plugins import load_strategies
-from picker.recommend import recommend
-from picker.workload import load_profile
+from picker.recommend.scoring import recommend
 from policies.analytic import configs_for
 from tests.engines.support import ROOT, engine_python
 

@@ -24,10 +24,10 @@ from typing import Any
 
 import pytest
 
-from picker.engine_configs import ENGINE_VERSIONS, ScheduleEntry, build_engine_configs
-from picker.plugins import load_strategies
-from picker.recommend import recommend
-from picker.workload import load_profile
+from picker.engine.plugins import load_strategies
+from picker.inputs.workload import load_profile
+from picker.recommend.engine_configs import ENGINE_VERSIONS, ScheduleEntry, build_engine_configs
+from picker.recommend.scoring import recommend
 from tests.engines.support import ROOT, engine_python
 
 pytestmark = pytest.mark.engines

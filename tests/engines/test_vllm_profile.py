@@ -18,11 +18,11 @@ from typer.testing import CliRunner
 
 from bench.regret.vllm import serving
 from picker.cli.main import app
-from picker.measurements import load_measurements
-from picker.plugins import load_strategies
+from picker.engine.plugins import load_strategies
+from picker.inputs.measurements import load_measurements
+from picker.inputs.workload import load_profile
 from picker.profiler.run import records_of
-from picker.recommend import Scorer
-from picker.workload import load_profile
+from picker.recommend.scoring import Scorer
 from tests.engines.support import ROOT, engine_python
 
 pytestmark = pytest.mark.engines

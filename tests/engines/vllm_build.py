@@ -26,7 +26,8 @@ def build(target: str, case: dict[str, Any]) -> dict[str, Any]:
     """Build one case; never raises (a rejection is a result)."""
     from vllm.engine.arg_utils import EngineArgs
     from vllm.v1.spec_decode.dynamic.utils import (
-        build_dynamic_sd_schedule_lookup, validate_and_normalize_dynamic_sd_schedule,
+        build_dynamic_sd_schedule_lookup,
+        validate_and_normalize_dynamic_sd_schedule,
     )
 
     out: dict[str, Any] = {"id": case["id"]}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from picker.plugins import Capabilities, StrategyPlugin
+from picker.engine.plugins import Capabilities, StrategyPlugin
 
 
 def make_drafter(*, target_backend: Any = None, artifact: Any = None, num_draft_tokens: int = 3) -> Any:

@@ -1,7 +1,7 @@
 """The `repeat-last` drafter: no state, no model; a chain of the pending token repeated.
 
     >>> import numpy as np
-    >>> from picker.drafting import DraftContext, SamplingParams
+    >>> from picker.engine.drafting import DraftContext, SamplingParams
     >>> ctx = DraftContext([4, 9], 2, SamplingParams(), np.random.default_rng(0), 8)
     >>> RepeatLastDrafter(3).propose(ctx).tree.tokens
     (9, 9, 9)
@@ -9,8 +9,8 @@
 
 from __future__ import annotations
 
-from picker.drafting import Draft, DraftContext
-from picker.tree import TokenTree
+from picker.engine.drafting import Draft, DraftContext
+from picker.engine.tree import TokenTree
 
 
 class RepeatLastDrafter:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from picker.recommendation import Recommendation
+from picker.recommend.contract import Recommendation
 
 FORMATS = ("md", "json", "yaml")
 

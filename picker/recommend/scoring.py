@@ -3,7 +3,7 @@
 The decision is one deployable setting (engines run one algorithm at a time), plus a temperature
 switch and a batch-size schedule; every predicted speedup carries a range from the α range.
 
-    >>> from picker.workload import load_profile
+    >>> from picker.inputs.workload import load_profile
     >>> rec = recommend(load_profile("profiles/code-assistant-8b-a100.yaml"))   # doctest: +SKIP
     >>> rec.decision.strategy, rec.predicted_speedup.mean                        # doctest: +SKIP
     ('eagle3', 2.4)
@@ -19,10 +19,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from picker.engine_configs import ENGINE_VERIFIES_TREES
-from picker.measurements import TEMPERATURE_MATCH, Cell, Measurements
-from picker.plugins import Capabilities, StrategyPlugin, load_strategies
-from picker.workload import WorkloadProfile
+from picker.engine.plugins import Capabilities, StrategyPlugin, load_strategies
+from picker.inputs.measurements import TEMPERATURE_MATCH, Cell, Measurements
+from picker.inputs.workload import WorkloadProfile
+from picker.recommend.engine_configs import ENGINE_VERIFIES_TREES
 from policies import analytic
 from policies.analytic import Config, CostContext
 from policies.cell_evidence import evidence_from_cell, live_step_points
@@ -367,12 +367,12 @@ def score_all(scorer: Scorer, options: list[Option], bs: list[Bucket]) -> None:
 def recommend(profile: WorkloadProfile, measurements: Measurements | None = None, *, path: str = "",
               policy: Any = None, measured_costs: bool | None = None,
               verify_curve: Sequence[tuple[float, float]] | None = None):
-    """Build the :class:`~picker.recommendation.Recommendation` for ``profile``.
+    """Build the :class:`~picker.recommend.contract.Recommendation` for ``profile``.
 
     ``policy`` is a fitted ``policies.estimator.SpeedupEstimator`` (``policies.artifacts``); without
     one the analytic model scores every option. See :class:`Scorer` for ``measured_costs``.
     """
-    from picker.decide import decide  # the decision and its rendering into the contract
+    from picker.recommend.decide import decide  # the decision and its rendering into the contract
 
     scorer = Scorer(profile, measurements, policy, measured_costs=measured_costs, verify_curve=verify_curve)
     bs = buckets(profile)

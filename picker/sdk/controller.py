@@ -5,7 +5,7 @@ step drafted and accepted, keeps a decayed Beta posterior of α per (task, strat
 bucket) and switches speculation off where α is confidently below break-even — the never-slower
 guarantee — and back on, with hysteresis, when it recovers.
 
-    >>> from picker.controller_plan import ControllerPlan, flat_step_ratio
+    >>> from picker.sdk.plan import ControllerPlan, flat_step_ratio
     >>> plan = ControllerPlan(strategy="vanilla", num_speculative_tokens=4, tree=None,
     ...                       schedule=((1, 16, 4), (17, None, 0)), temperature_above=0.9,
     ...                       step_ratio=flat_step_ratio(1.4, 4))
@@ -50,15 +50,22 @@ from bisect import bisect_left
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from picker.controller_plan import (NUM_CELLS, ControllerPlan, TreeSpec, cell_of, plan_from_profile,
-                                    plan_from_recommendation)
-from policies.online import (JEFFREYS, OnlineParams, beta_quantile, beta_var, break_even_from_ratio,
-                             chain_evidence, decayed_update, gate_next)
+from picker.sdk.plan import NUM_CELLS, ControllerPlan, TreeSpec, cell_of, plan_from_profile, plan_from_recommendation
+from policies.online import (
+    JEFFREYS,
+    OnlineParams,
+    beta_quantile,
+    beta_var,
+    break_even_from_ratio,
+    chain_evidence,
+    decayed_update,
+    gate_next,
+)
 
 if TYPE_CHECKING:
-    from picker.measurements import Measurements
-    from picker.recommendation import Recommendation
-    from picker.workload import WorkloadProfile
+    from picker.inputs.measurements import Measurements
+    from picker.inputs.workload import WorkloadProfile
+    from picker.recommend.contract import Recommendation
 
 Reason = Literal["speculate", "probe", "off_batch_schedule", "off_temperature", "off_below_break_even",
                  "off_no_strategy"]
@@ -149,7 +156,7 @@ class Controller:
                      measurements: Measurements | None = None, params: OnlineParams | None = None) -> Controller:
         """Run ``recommend`` on a profile (object or YAML path) and cost every (N, batch) with its model."""
         if isinstance(profile, (str, os.PathLike)):
-            from picker.workload import load_profile
+            from picker.inputs.workload import load_profile
 
             profile = load_profile(profile)
         return cls(plan_from_profile(profile, measurements)[1], params)

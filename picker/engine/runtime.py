@@ -1,11 +1,11 @@
 """What a local generation needs, resolved in one place: models, tokenizer, artifacts, drafter.
 
-``zoo`` stands for the project's own zoo ``ci`` build (built on first use, with progress on
-stderr); anything else is a local Hugging Face folder. A strategy's declared artifact
+Model folders are local Hugging Face folders (``picker.zoo.resolve`` turns ``--model zoo`` into
+one). A strategy's declared artifact
 (``Capabilities.artifact``) is looked up by kind -- never by strategy name -- and handed to its
 ``make_drafter`` as ``artifact``.
 
-    >>> from picker.plugins import load_strategies
+    >>> from picker.engine.plugins import load_strategies
     >>> ngram = load_strategies(only_builtin=True)["ngram"]
     >>> build_drafter(ngram, target=None, artifacts={}, options={"num_draft_tokens": 3}).num_draft_tokens
     3
@@ -16,32 +16,14 @@ from __future__ import annotations
 import inspect
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, get_args
+from typing import TYPE_CHECKING, Any
 
-from picker.drafting import Drafter, MissingArtifact
+from picker.engine.drafting import Drafter, MissingArtifact
+from picker.engine.plugins import StrategyPlugin
 from picker.errors import UserError
-from picker.plugins import Artifact, StrategyPlugin
 
 if TYPE_CHECKING:
-    from picker.backend import TorchBackend
-    from picker.zoo.build import ZooPaths
-
-ZOO = "zoo"
-
-
-def zoo_paths(progress: bool = True) -> ZooPaths:
-    """The zoo ``ci`` build, built now if it is not cached yet."""
-    from picker.zoo.build import build_zoo
-
-    return build_zoo("ci", progress=progress)
-
-
-def zoo_artifacts(paths: ZooPaths) -> dict[str, Path]:
-    """Artifact kind -> folder in a zoo build: the draft model, and ``<root>/<kind>/`` for heads."""
-    found = {kind: paths.root / kind for kind in get_args(Artifact)}
-    found["draft_model"] = paths.draft
-    return found
-
+    from picker.engine.backend import TorchBackend
 
 def model_folder(spec: str, field: str) -> Path:
     """A local Hugging Face folder (``config.json`` inside), or a one-line UserError."""
@@ -87,7 +69,7 @@ def build_drafter(
     """``plugin.make_drafter(target_backend=..., artifact=..., **options)``, checked first.
 
     The artifact is the one the plugin declares (``Capabilities.artifact``); a declared artifact
-    that is missing raises :class:`picker.drafting.MissingArtifact` naming what to supply.
+    that is missing raises :class:`picker.engine.drafting.MissingArtifact` naming what to supply.
     """
     if plugin.make_drafter is None:
         raise UserError(f"{plugin.name} has no drafter to run locally", field="--strategy")

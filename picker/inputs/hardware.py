@@ -5,7 +5,7 @@ memory capacity, from the vendor's datasheet or whitepaper, with the source writ
 Peak figures are upper bounds: real kernels reach roughly 70-90 % of peak bandwidth and less of
 peak compute, and the cost model is responsible for that derating, not this table.
 
-    >>> from picker.hardware import get_hardware
+    >>> from picker.inputs.hardware import get_hardware
     >>> hw = get_hardware("H100")            # aliases are case- and separator-tolerant
     >>> hw.name, hw.memory_bandwidth_gbps, hw.bf16_tflops
     ('h100-sxm', 3350.0, 989.0)

@@ -18,8 +18,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from picker.measurements import Measurements
-from picker.recommend import (
+from picker.inputs.measurements import Measurements
+from picker.inputs.verify_curve import verify_curve_beside
+from picker.inputs.workload import WorkloadProfile
+from picker.recommend.contract import Recommendation
+from picker.recommend.scoring import (
     Bucket,
     Option,
     Scorer,
@@ -28,33 +31,18 @@ from picker.recommend import (
     options_for,
     score_all,
 )
-from picker.recommendation import Recommendation
-from picker.workload import WorkloadProfile
 
 TOP = 5
 PLOT_DEPTHS = tuple(range(1, 9))
 PLOT_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
 
-def verify_curve_beside(measurements_path: Path | None) -> list[tuple[float, float]] | None:
-    """(tokens in flight, T(m)/T(1)) from ``verify_curve.jsonl`` next to the measurements, if any."""
-    if measurements_path is None:
-        return None
-    path = Path(measurements_path).parent / "verify_curve.jsonl"
-    if not path.is_file():
-        return None
-    from picker.sweep import curve_medians, ratio_curve, read_curve_lines
-
-    curve = ratio_curve(curve_medians(read_curve_lines(path)))
-    return curve if len(curve) >= 2 else None
-
-
 def build(profile: WorkloadProfile, measurements: Measurements | None, *, path: str = "", policy: Any = None,
           verify_curve: list[tuple[float, float]] | None = None, measured_costs: bool | None = None,
           ) -> tuple[Recommendation, Scorer, list[Option], list[Bucket]]:
-    """``picker.recommend.recommend``, keeping the scorer and the scored options for the explanation."""
-    from picker.decide import decide
-    from picker.plugins import load_strategies
+    """``picker.recommend.scoring.recommend``, keeping the scorer and the scored options for the explanation."""
+    from picker.engine.plugins import load_strategies
+    from picker.recommend.decide import decide
 
     scorer = Scorer(profile, measurements, policy, measured_costs=measured_costs, verify_curve=verify_curve)
     bs = buckets(profile)
@@ -141,7 +129,7 @@ def plot(path: Path, scorer: Scorer, options: list[Option], bs: list[Bucket], re
         import matplotlib.pyplot as plt
     except ImportError:
         return False
-    from picker.decide import _pinned
+    from picker.recommend.decide import _pinned
 
     d = rec.decision
     fig, (ax_n, ax_b) = plt.subplots(1, 2, figsize=(10, 4))
@@ -181,7 +169,7 @@ def recommend_command(profile: WorkloadProfile, measurements: Measurements | Non
     """What ``specpick recommend`` prints when ``--explain``, ``--policy`` or ``--plot`` is given."""
     import json
 
-    from picker.render import render
+    from picker.recommend.render import render
 
     notes, est, measured_costs = [], None, None
     if policy_path is not None:

@@ -1,6 +1,6 @@
 """Drive the reference loop with the Controller: a drafter wrapper that asks before each step.
 
-``picker.loop.generate`` asks its drafter for a proposal once per step and reports the outcome
+``picker.engine.loop.generate`` asks its drafter for a proposal once per step and reports the outcome
 back through the drafter's optional ``observe`` hook, so a wrapper around any drafter is all the
 integration needs — the loop itself stays the one loop (STYLE.md, habit 1):
 
@@ -12,7 +12,7 @@ integration needs — the loop itself stays the one loop (STYLE.md, habit 1):
    spans draft, verify and cache rollback), then forwards the outcome to the inner drafter on every
    step, plain ones included, so n-gram pools and hidden-state drafters stay in sync.
 
-    >>> from picker.controller import Controller
+    >>> from picker.sdk.controller import Controller
     >>> ctl = Controller.from_profile("profiles/code-assistant-8b-a100.yaml")   # doctest: +SKIP
     >>> drafter = ControlledDrafter(inner, ctl, task="code")                      # doctest: +SKIP
     >>> out = generate(target, prompt, drafter, caps, max_new_tokens=64)          # doctest: +SKIP
@@ -29,9 +29,9 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 
-from picker.controller import Controller, SpecConfig
-from picker.drafting import Draft, DraftContext, Drafter, StepOutcome, call_observe, call_reset
-from picker.tree import TokenTree
+from picker.engine.drafting import Draft, DraftContext, Drafter, StepOutcome, call_observe, call_reset
+from picker.engine.tree import TokenTree
+from picker.sdk.controller import Controller, SpecConfig
 
 EMPTY = Draft(tree=TokenTree((), ()), p=None)
 

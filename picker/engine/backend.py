@@ -9,7 +9,7 @@ the accepted path is compacted first, since its nodes need not be contiguous in 
 
     >>> import torch
     >>> from transformers import LlamaConfig, LlamaForCausalLM
-    >>> from picker.tree import TokenTree
+    >>> from picker.engine.tree import TokenTree
     >>> torch.manual_seed(0)  # doctest: +ELLIPSIS
     <...>
     >>> cfg = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
@@ -43,8 +43,8 @@ import torch
 from transformers import AutoModelForCausalLM, PreTrainedModel
 from transformers.cache_utils import Cache, CacheLayerMixin
 
-from picker.rollback import CacheEdit
-from picker.tree import TokenTree
+from picker.engine.rollback import CacheEdit
+from picker.engine.tree import TokenTree
 
 __all__ = ["ForwardOutput", "SlabLayer", "TorchBackend", "resolve_dtype"]
 
@@ -322,7 +322,7 @@ class TorchBackend:
         self.crop(base + len(indices))
 
     def rollback(self, edit: CacheEdit) -> None:
-        """Apply a :class:`picker.rollback.CacheEdit`: a crop for chains, a compaction for trees."""
+        """Apply a :class:`picker.engine.rollback.CacheEdit`: a crop for chains, a compaction for trees."""
         if edit.is_crop:
             self.crop(edit.length)
         else:

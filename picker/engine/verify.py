@@ -15,7 +15,7 @@ rejection) or the bonus (sampled from ``q_{N+1}`` after full acceptance).
     True
 
 Inputs are probability rows (array-likes of shape ``(rows, V)``, warped by
-:func:`picker.sampling.warp_pair`); the greedy verifiers also take logits (ties: lowest index).
+:func:`picker.engine.sampling.warp_pair`); the greedy verifiers also take logits (ties: lowest index).
 Randomness comes only from the ``numpy.random.Generator`` passed in. The ``*_batch`` variants verify
 B sequences at once and draw the same uniforms as B single calls, so they return the same tokens.
 
@@ -47,8 +47,8 @@ from typing import Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from picker.sampling import FloatArray, IntArray, inverse_cdf, inverse_cdf_batch
-from picker.tree import TokenTree
+from picker.engine.sampling import FloatArray, IntArray, inverse_cdf, inverse_cdf_batch
+from picker.engine.tree import TokenTree
 
 __all__ = [
     "BatchVerifyResult",
@@ -330,7 +330,7 @@ def _rejected_mass(q_i: FloatArray, p_i: FloatArray | None, d: int) -> FloatArra
     """Unnormalised ``max(0, q_i - p_i)``, with one-hot ``p_i`` at ``d`` when ``p_i`` is None.
 
     If it is empty (``q_i == p_i``), rejection had probability zero and only rounding got here:
-    return ``q_i``, as :func:`picker.sampling.residual` does, rather than fail.
+    return ``q_i``, as :func:`picker.engine.sampling.residual` does, rather than fail.
     """
     if p_i is None:
         w = q_i.copy()

@@ -1,12 +1,12 @@
 """THE decode loop: propose -> verify in one target forward -> accept -> roll back -> emit.
 
-Every strategy runs through :func:`generate`; a strategy only proposes (``picker.drafting``).
+Every strategy runs through :func:`generate`; a strategy only proposes (``picker.engine.drafting``).
 With ``drafter=None`` the same loop is plain autoregressive decoding (the baseline): an empty
 draft every step, one target forward per token.
 
     >>> import numpy as np, torch
     >>> from transformers import LlamaConfig, LlamaForCausalLM
-    >>> from picker.backend import TorchBackend
+    >>> from picker.engine.backend import TorchBackend
     >>> torch.manual_seed(0)  # doctest: +ELLIPSIS
     <...>
     >>> cfg = LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
@@ -34,8 +34,8 @@ from typing import Any, Literal, Protocol
 import numpy as np
 import torch
 
-from picker.backend import TorchBackend
-from picker.drafting import (
+from picker.engine.backend import TorchBackend
+from picker.engine.drafting import (
     Draft,
     DraftContext,
     Drafter,
@@ -45,12 +45,12 @@ from picker.drafting import (
     call_reset,
     hidden_layers_of,
 )
-from picker.plugins import Capabilities
-from picker.rollback import KVLedger
-from picker.sampling import warp
-from picker.siblings import greedy_sibling_counts, sibling_counts
-from picker.tree import TokenTree
-from picker.verify import (
+from picker.engine.plugins import Capabilities
+from picker.engine.rollback import KVLedger
+from picker.engine.sampling import warp
+from picker.engine.siblings import greedy_sibling_counts, sibling_counts
+from picker.engine.tree import TokenTree
+from picker.engine.verify import (
     VerifyResult,
     verify_greedy_chain,
     verify_greedy_tree,
@@ -84,7 +84,7 @@ class StepRecord:
     draft_seconds: float
     verify_seconds: float
     # With ``probe_siblings``: expected (reached, accepted) counts of sibling ranks 2.. at this
-    # step's rejection (picker.siblings), and the seconds spent computing them (not in ``seconds``).
+    # step's rejection (picker.engine.siblings), and the seconds spent computing them (not in ``seconds``).
     sibling_reached: tuple[float, ...] = ()
     sibling_accepted: tuple[float, ...] = ()
     probe_seconds: float = 0.0
@@ -141,10 +141,10 @@ def generate(
     tokenizer: Decoder | None = None,
     probe_siblings: int = 0,
 ) -> Generation:
-    """Decode up to ``max_new_tokens`` after ``prompt``; exact for any drafter (see picker.verify).
+    """Decode up to ``max_new_tokens`` after ``prompt``; exact for any drafter (see picker.engine.verify).
 
     ``probe_siblings`` (profiling): at each rejection of a chain, also record what ranks 2..k of a
-    tree would have accepted there (``picker.siblings``): a sampled tree's when sampling (the draft
+    tree would have accepted there (``picker.engine.siblings``): a sampled tree's when sampling (the draft
     sent ``p``), a greedy top-k tree's at T = 0 (the draft sent ``scores``). It reads the step's
     distributions after the step is timed, draws from its own generator, and changes no output.
     """
@@ -237,7 +237,7 @@ def _probe_siblings(
     topk: int,
     rng: np.random.Generator,
 ) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """(reached, accepted) of sibling ranks 2..``topk`` at a chain's rejection (picker.siblings), or
+    """(reached, accepted) of sibling ranks 2..``topk`` at a chain's rejection (picker.engine.siblings), or
     empty: nothing rejected, a tree, no probe asked, or the draft sent no distribution to read."""
     k = result.num_accepted  # the rejected position: q_k and the draft's ranking are known
     counts = None

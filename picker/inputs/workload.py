@@ -4,7 +4,7 @@ A profile names the target model (or points at its Hugging Face ``config.json``)
 the serving engine, the traffic (task mix, lengths, concurrency, temperature), the latency SLOs
 and which drafters exist. Every section forbids unknown keys and every loaded profile is frozen.
 
-    >>> from picker.workload import load_profile
+    >>> from picker.inputs.workload import load_profile
     >>> p = load_profile("profiles/chat-70b-h100.yaml")            # doctest: +SKIP
     >>> p.hardware.gpu, p.hardware.count, p.engine.name              # doctest: +SKIP
     ('h100-sxm', 4, 'sglang')
@@ -23,13 +23,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StringConstraints, ValidationError,
-                      ValidationInfo, field_validator, model_validator)
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StringConstraints,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from picker.errors import UserError
-from picker.hardware import CATALOG, Hardware, resolve_hardware_name
-from picker.yamlio import fail_at as _fail_at
-from picker.yamlio import load_json_mapping, load_yaml_mapping, user_error_from_validation
+from picker.inputs.hardware import CATALOG, Hardware, resolve_hardware_name
+from picker.inputs.yamlio import fail_at as _fail_at
+from picker.inputs.yamlio import load_json_mapping, load_yaml_mapping, user_error_from_validation
 
 TaskType = Literal["chat", "code", "structured", "math", "summarization", "rag", "translation",
                    "creative"]

@@ -3,7 +3,7 @@ the temperature switch, per-task α priors and a step-cost table R(N, batch) —
 
 The cost table holds, for every draft length n = 1..N_max and every batch cell, the cost of one
 speculative step in plain forwards (``StepCost.step_ratio`` = N·c + v): break-even is the α at which
-E[L](α, n) reaches it. Batch cells follow the recommendation's own grid (``picker.decide``'s schedule
+E[L](α, n) reaches it. Batch cells follow the recommendation's own grid (``picker.recommend.decide``'s schedule
 points 1, 2, 4, …, 512): cell i covers batches (2^(i−1), 2^i], cell 10 everything above 512; each cell
 is costed at its largest batch (the dearest one, so break-even errs on the safe side).
 
@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any
 from policies.scalar import chain_length, solve_alpha, tree_length
 
 if TYPE_CHECKING:  # the Recommendation pulls pydantic; the profile path pulls the whole policy
-    from picker.measurements import Measurements
-    from picker.recommendation import Recommendation
-    from picker.workload import WorkloadProfile
+    from picker.inputs.measurements import Measurements
+    from picker.inputs.workload import WorkloadProfile
+    from picker.recommend.contract import Recommendation
 
 NUM_CELLS = 11  # (0,1], (1,2], (2,4], …, (256,512], (512, ∞)
 CELL_COST_BATCH = tuple(2**i for i in range(NUM_CELLS))  # the batch each cell is costed at (1024 for the open cell)
@@ -151,7 +151,7 @@ def plan_from_recommendation(rec: Recommendation | dict[str, Any],
     Without ``step_ratio`` the cost table is :func:`flat_step_ratio` from the recommendation's
     break-even accept length; :func:`plan_from_profile` computes the full table from the cost model.
     """
-    from picker.recommendation import Recommendation
+    from picker.recommend.contract import Recommendation
 
     if not isinstance(rec, Recommendation):
         rec = Recommendation.model_validate(rec)
@@ -179,8 +179,8 @@ def plan_from_recommendation(rec: Recommendation | dict[str, Any],
 def cost_table(profile: WorkloadProfile, strategy: str, n_max: int, tree: TreeSpec | None,
                measurements: Measurements | None = None) -> tuple[tuple[float, ...], ...]:
     """R(n, cell) from the analytic cost model of ``strategy`` on ``profile`` (policies.analytic)."""
-    from picker.plugins import load_strategies
-    from picker.recommend import Scorer
+    from picker.engine.plugins import load_strategies
+    from picker.recommend.scoring import Scorer
     from policies import analytic
 
     caps = load_strategies()[strategy].capabilities
@@ -196,7 +196,7 @@ def cost_table(profile: WorkloadProfile, strategy: str, n_max: int, tree: TreeSp
 def plan_from_profile(profile: WorkloadProfile, measurements: Measurements | None = None
                       ) -> tuple[Recommendation, ControllerPlan]:
     """Run ``recommend`` and build the plan with the cost model's R(n, batch) table."""
-    from picker.recommend import recommend
+    from picker.recommend.scoring import recommend
 
     rec = recommend(profile, measurements)
     plan = plan_from_recommendation(rec)

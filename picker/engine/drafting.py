@@ -3,14 +3,14 @@
 A strategy plugin's ``make_drafter(*, target_backend, artifact=None, **options)`` returns an object
 with ``propose(ctx) -> Draft`` and, optionally, ``observe(step)`` (the loop calls it after every
 verification; the default is a no-op) and ``reset(prompt_ids)`` (called once per generation before
-the first proposal). ``target_backend`` is the target's :class:`picker.backend.TorchBackend`;
+the first proposal). ``target_backend`` is the target's :class:`picker.engine.backend.TorchBackend`;
 ``artifact`` is the local path of what the plugin declares in ``Capabilities.artifact`` (the draft
 model folder for ``draft_model``, the heads folder for ``medusa_heads`` / ``eagle3_head``), or None
 when it declares nothing; a missing one raises :class:`MissingArtifact`. ``options`` are the
 strategy's own knobs (draft length, tree shape, window sizes), each with a default.
 
     >>> import numpy as np
-    >>> from picker.tree import TokenTree
+    >>> from picker.engine.tree import TokenTree
     >>> d = Draft(tree=TokenTree.from_chain([5, 7]), p=None)   # a deterministic chain
     >>> d.is_chain, len(d)
     (True, 2)
@@ -29,9 +29,9 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from picker.engine.tree import TokenTree
+from picker.engine.verify import SiblingRegime
 from picker.errors import UserError
-from picker.tree import TokenTree
-from picker.verify import SiblingRegime
 
 
 class MissingArtifact(UserError):
@@ -40,7 +40,7 @@ class MissingArtifact(UserError):
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """Applied identically to the target's q and the draft's p (``picker.sampling.warp_pair``)."""
+    """Applied identically to the target's q and the draft's p (``picker.engine.sampling.warp_pair``)."""
 
     temperature: float = 0.0
     top_k: int | None = None
@@ -86,10 +86,10 @@ class Draft:
     ``p`` holds, per node, the draft distribution the node's token was drawn from (already warped
     with the step's sampling params), shape ``(M, V)``; ``None`` means deterministic proposals
     (n-gram, lookahead, top-k children), which the verifier treats as one-hot. ``siblings`` says how
-    sibling nodes were drawn (see ``picker.verify``). ``scores``: optionally, per node, the scores
+    sibling nodes were drawn (see ``picker.engine.verify``). ``scores``: optionally, per node, the scores
     over the vocabulary the drafter ranked that node's token by (shape ``(M, V)``, any monotone
     transform of its probabilities), sent when ``DraftContext.want_scores``; the verifier never
-    reads them, the profiler's sibling probe does (``picker.siblings``).
+    reads them, the profiler's sibling probe does (``picker.engine.siblings``).
     """
 
     tree: TokenTree

@@ -6,7 +6,7 @@ A strategy registers a :class:`StrategyPlugin` under the entry-point group
     [project.entry-points."specpicker.strategies"]
     ngram = "strategies.ngram:PLUGIN"
 
-    >>> from picker.plugins import load_strategies
+    >>> from picker.engine.plugins import load_strategies
     >>> sorted(load_strategies())[:2]        # doctest: +SKIP
     ['eagle3', 'lookahead']
 

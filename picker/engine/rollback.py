@@ -6,7 +6,7 @@ node order with tree attention). After verification the cache keeps exactly the 
 the accepted drafts; the correction or bonus token is emitted and becomes the new pending token,
 so it enters the cache with the next forward.
 
-    >>> from picker.verify import VerifyResult
+    >>> from picker.engine.verify import VerifyResult
     >>> ledger = KVLedger(range(10))                 # a 10-token prompt, all pending
     >>> fwd = ledger.forward([41, 42, 43, 44, 45])   # feed the prompt plus 5 drafts
     >>> fwd.q_rows                                   # logits rows holding q_1 .. q_6
@@ -27,8 +27,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from picker.tree import TokenTree
-from picker.verify import VerifyResult
+from picker.engine.tree import TokenTree
+from picker.engine.verify import VerifyResult
 
 __all__ = ["CacheEdit", "Forward", "KVLedger"]
 

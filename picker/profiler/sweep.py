@@ -6,11 +6,11 @@ every prompt, interleaved prompt by prompt with the plain baseline. Records are 
 append-only JSONL (``records.jsonl``): a killed sweep continues with ``--resume`` and repeats no
 finished generation.
 
-Batch size: the reference engine (``picker.loop``) decodes one sequence at a time, so the sweep
+Batch size: the reference engine (``picker.engine.loop``) decodes one sequence at a time, so the sweep
 cannot measure batches. It measures instead what batching changes -- the time of one verify
 forward against the number of tokens in flight (``verify_curve.jsonl``: forwards of m query
 tokens over a cached context, m = 1 .. 64) -- and the cost model reads a batch of B sequences
-drafting N tokens as B·(N+1) tokens in flight (:func:`verify_ratio`). That is an approximation,
+drafting N tokens as B·(N+1) tokens in flight (``picker.inputs.verify_curve.verify_ratio``). That is an approximation,
 stated wherever it is used: B sequences of N+1 tokens read B KV caches where one sequence of
 B·(N+1) tokens reads one.
 
@@ -27,20 +27,17 @@ total, from the records), next to the grid it covered.
 
 from __future__ import annotations
 
-import bisect
 import inspect
 import json
-import math
 import os
-import statistics
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from picker.engine.plugins import Capabilities
 from picker.errors import UserError
-from picker.plugins import Capabilities
+from picker.inputs.verify_curve import CURVE_NAME, CurvePoint, curve_medians, read_curve_lines
 from picker.profiler.records import CellKey
 from picker.profiler.source import DraftConfig
 from picker.profiler.torch_source import TorchSource, _make_drafter
@@ -51,7 +48,7 @@ CHAIN_LENGTHS = (1, 2, 3, 4, 5, 6, 8)
 TREES = ((3, 2, 6), (4, 2, 8), (5, 4, 8), (4, 4, 12), (6, 4, 16))
 TOKENS_IN_FLIGHT = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64)
 CURVE_REPEATS = 15
-SUMMARY_NAME, CURVE_NAME, SWEEP_NAME = "summary.json", "verify_curve.jsonl", "sweep.json"
+SUMMARY_NAME, SWEEP_NAME = "summary.json", "sweep.json"
 
 
 def tree_label(depth: int, topk: int, tokens: int) -> str:
@@ -117,7 +114,7 @@ class SweepSource(TorchSource):
     def _drafter(self, cell: CellKey) -> tuple[Any, Any, int]:
         if cell.tree is None:
             return super()._drafter(cell)
-        from picker.plugins import load_strategies
+        from picker.engine.plugins import load_strategies
 
         plugin = load_strategies()[cell.strategy]
         key = CellKey("", cell.strategy, 0.0, cell.num_draft_tokens, cell.tree)
@@ -143,15 +140,6 @@ def _tree_drafter(plugin: Any, target: Any, artifact: Path | None, depth: int, t
 
 # ----------------------------------------------------------------------------- verify time curve
 
-@dataclass(frozen=True)
-class CurvePoint:
-    """Median seconds of one verify forward of ``tokens`` query tokens over ``context`` cached ones."""
-
-    tokens: int
-    context: int
-    seconds: float
-
-
 def measure_verify_curve(
     backend: Any,
     path: Path,
@@ -166,7 +154,7 @@ def measure_verify_curve(
     timing is appended to ``path`` as one JSON line as it completes, so a resumed sweep keeps what
     was measured (and a larger ``repeats`` adds rounds). Returns :func:`curve_medians` of the file.
     """
-    from picker.tree import TokenTree
+    from picker.engine.tree import TokenTree
 
     done = read_curve_lines(path)
     vocab = int(backend.vocab_size)
@@ -189,83 +177,6 @@ def measure_verify_curve(
                     os.fsync(fh.fileno())
                     done.append(line)
     return curve_medians(done)
-
-
-def read_curve_lines(path: Path) -> list[dict[str, Any]]:
-    """The timings in a ``verify_curve.jsonl`` (a torn last line is dropped)."""
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue  # only the last line can be torn; it is measured again
-    return out
-
-
-def curve_medians(lines: Sequence[Mapping[str, Any]]) -> list[CurvePoint]:
-    """One time per (m, context): the fastest repeat.
-
-    Contention on a shared CPU only ever adds time (seen here: repeats of one forward spread from
-    13 to 24 ms), so the minimum estimates the forward's own cost best (``timeit``'s rule); the
-    name stays for the callers.
-    """
-    groups: dict[tuple[int, int], list[float]] = {}
-    for d in lines:
-        groups.setdefault((int(d["tokens"]), int(d["context"])), []).append(float(d["seconds"]))
-    return [CurvePoint(m, c, min(v)) for (m, c), v in sorted(groups.items())]
-
-
-def verify_ratio(curve: Sequence[CurvePoint], tokens: float, base: float = 1.0) -> float:
-    """T(tokens) / T(base) from the measured curve (log-log interpolation, contexts pooled by
-    median ratio; beyond the largest m, extrapolated linearly in m from the last two points)."""
-    by_context: dict[int, list[CurvePoint]] = {}
-    for p in curve:
-        by_context.setdefault(p.context, []).append(p)
-    ratios = [_interp(sorted(ps, key=lambda p: p.tokens), tokens) / _interp(sorted(ps, key=lambda p: p.tokens), base)
-              for ps in by_context.values() if len(ps) >= 2]
-    if not ratios:
-        raise ValueError("the verify curve needs at least two token counts")
-    return statistics.median(ratios)
-
-
-def ratio_curve(curve: Sequence[CurvePoint]) -> list[tuple[float, float]]:
-    """(m, T(m)/T(1)) for every measured m, made non-decreasing by pooling adjacent violators.
-
-    More tokens in a forward never take less time; a dip in the medians is timing noise (a shared
-    CPU drifts by tens of percent), so violators are pooled (isotonic regression, equal weights).
-    """
-    ms = sorted({p.tokens for p in curve})
-    if len(ms) < 2:
-        return [(1.0, 1.0)]
-    blocks: list[list[float]] = []  # [sum, count, first m index]
-    for i, m in enumerate(ms):
-        blocks.append([verify_ratio(curve, m), 1.0, float(i)])
-        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
-            total, count, _ = blocks.pop()
-            blocks[-1][0] += total
-            blocks[-1][1] += count
-    out: list[tuple[float, float]] = []
-    for b_i, (total, count, start) in enumerate(blocks):
-        end = int(blocks[b_i + 1][2]) if b_i + 1 < len(blocks) else len(ms)
-        out += [(float(ms[j]), total / count) for j in range(int(start), end)]
-    base = out[0][1]
-    return [(m, r / base) for m, r in out]
-
-
-def _interp(points: list[CurvePoint], m: float) -> float:
-    xs = [p.tokens for p in points]
-    ys = [p.seconds for p in points]
-    if m <= xs[0]:
-        return ys[0]
-    if m >= xs[-1]:
-        slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
-        return ys[-1] + max(slope, 0.0) * (m - xs[-1])
-    i = bisect.bisect_right(xs, m)
-    x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
-    w = (math.log(m) - math.log(x0)) / (math.log(x1) - math.log(x0))
-    return math.exp(math.log(y0) + w * (math.log(y1) - math.log(y0)))
 
 
 # ----------------------------------------------------------------------------- the cost statement

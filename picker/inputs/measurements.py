@@ -40,7 +40,7 @@ class Cell(BaseModel):
     alpha_iid: float | None = Field(None, ge=0, le=1)
     alpha_iid_ci: tuple[float, float] | None = None
     tau: float | None = Field(None, ge=1)
-    sibling_accept: list[float] | None = None  # tree siblings, ranks 2.. (picker.siblings)
+    sibling_accept: list[float] | None = None  # tree siblings, ranks 2.. (picker.engine.siblings)
     sibling_reached: list[float] | None = None  # the rejections behind each
     tokens_per_second: float | None = Field(None, ge=0)
     speedup_vs_plain: float | None = Field(None, ge=0)

@@ -1,19 +1,27 @@
 """From scored options to the Recommendation: the deployed setting, its temperature switch and
 batch schedule, per-task table, alternatives, engine configs, rollout and evidence.
 
-    >>> from picker.decide import merge_schedule
+    >>> from picker.recommend.decide import merge_schedule
     >>> merge_schedule([(1, 4), (2, 4), (4, 3), (8, 0)])
     [(1, 2, 4), (3, 4, 3), (5, None, 0)]
 """
 
 from __future__ import annotations
 
-from picker.engine_configs import ScheduleEntry, build_engine_configs
-from picker.recommend import NOT_WORTH_IT, TEMPERATURE_GRID, Bucket, Option, Scorer, harmonic
-from picker.recommendation import (
-    BatchRange, Candidate, Decision, Evidence, Recommendation, RolloutStep, SpeedupRange,
-    TaskRow, TemperatureSwitch, TreeShape,
+from picker.recommend.contract import (
+    BatchRange,
+    Candidate,
+    Decision,
+    Evidence,
+    Recommendation,
+    RolloutStep,
+    SpeedupRange,
+    TaskRow,
+    TemperatureSwitch,
+    TreeShape,
 )
+from picker.recommend.engine_configs import ScheduleEntry, build_engine_configs
+from picker.recommend.scoring import NOT_WORTH_IT, TEMPERATURE_GRID, Bucket, Option, Scorer, harmonic
 from policies import analytic
 
 SCHEDULE_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)

@@ -1,7 +1,7 @@
 """What a sampled tree's later siblings would have accepted, measured on a chain's rejections.
 
 A tree's value over a chain is in its siblings: when the first child is rejected, the verifier
-tries the next one against the residual target (``picker.verify.verify_sample_tree``). The policy
+tries the next one against the residual target (``picker.engine.verify.verify_sample_tree``). The policy
 needs the conditional acceptance ``s_k`` of the k-th sibling given that ranks 1..k-1 were rejected.
 Assuming ``s_k = α`` (the sibling model in ``policies.theory``) overstates sampled trees: after a
 rejection the residual keeps only the mass the draft *under*-proposed, where the draft is least
@@ -15,7 +15,7 @@ r-th choice: :func:`greedy_sibling_counts` reads that rank from the drafter's sc
 rejected position (``Draft.scores``, sent when the loop asks for them).
 
 Sampling: siblings drawn one after another *without replacement* from ``p_i`` (Gumbel-top-k), the
-regime ``picker.verify`` calls ``"without_replacement"`` and Medusa's sampled trees use. Rank 2 is
+regime ``picker.engine.verify`` calls ``"without_replacement"`` and Medusa's sampled trees use. Rank 2 is
 exact, ``Σ_y min(p₂(y), r₁(y))``; ranks ≥ 3 depend on which tokens ranks 2.. drew, so one draw per
 rank from a generator of their own (never the generation's) gives an unbiased estimate of the
 expected counts, each weighted by the probability that the earlier ranks were rejected
@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from picker.sampling import FloatArray, residual
+from picker.engine.sampling import FloatArray, residual
 
 __all__ = ["greedy_sibling_counts", "sibling_counts"]
 
