@@ -22,17 +22,12 @@ from typing import Any
 import yaml
 
 from picker.inputs.measurements import Measurements
+from picker.inputs.verify_curve import CURVE_NAME, curve_medians, ratio_curve, read_curve_lines
 from picker.inputs.workload import WorkloadProfile, load_profile
 from picker.profiler.records import Record, read_records
 from picker.profiler.source import DraftConfig
 from picker.profiler.summary import build_summary
-from picker.profiler.sweep import (
-    CURVE_NAME,
-    curve_medians,
-    parse_tree_label,
-    ratio_curve,
-    read_curve_lines,
-)
+from picker.profiler.sweep import parse_tree_label
 
 # The one chain cell per strategy the policy profiles: the deepest chain of the grid, whose
 # per-position rates cover every shorter chain (lookahead: its n-gram size changes with N, a

@@ -69,17 +69,11 @@ def sweep(
     """Measure every grid point (strategy x N x tree x temperature) on the reference engine."""
     from picker.cli.profile import parse_artifacts
     from picker.engine.plugins import load_strategies
+    from picker.inputs.verify_curve import CURVE_NAME
     from picker.profiler.progress import RichProgress
     from picker.profiler.run import ProfileConfig, Profiler
     from picker.profiler.stopping import StopRule
-    from picker.profiler.sweep import (
-        CURVE_NAME,
-        SweepSource,
-        check_grid,
-        measure_verify_curve,
-        sweep_grid,
-        write_sweep_file,
-    )
+    from picker.profiler.sweep import SweepSource, check_grid, measure_verify_curve, sweep_grid, write_sweep_file
 
     wl_tasks, wl_temps = _workload_defaults(workload)
     task_list = parse_list(tasks, "--tasks") if tasks else wl_tasks
