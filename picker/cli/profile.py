@@ -29,6 +29,7 @@ from picker.errors import UserError  # noqa: E402
 # The shared helpers come first: `specpick sweep` imports them from here while main.py is loading.
 from picker.profiler.options import (  # noqa: F401  -- re-exported for picker.cli.sweep
     parse_artifacts,
+    parse_concurrency,
     parse_draft_lengths,
     parse_list,
     parse_temperatures,
@@ -113,7 +114,9 @@ def profile(
     plain_samples: Annotated[int, typer.Option(help="Prompts plain decoding is timed on (early stop).", min=1)] = 16,
     plain: Annotated[bool, typer.Option(help="Time plain decoding too (torch), for speedup_vs_plain.")] = True,
     resume: Annotated[bool, typer.Option(help="Continue the run in OUT.")] = False,
-    concurrency: Annotated[int, typer.Option(help="Live: requests in flight.", min=1, max=256)] = 4,
+    concurrency: Annotated[str | None, typer.Option(
+        help="Requests in flight: N or a list, e.g. 1,2,4,8 (one group of cells per value; each compared with "
+             "plain decoding at the same concurrency). Default: 4 live, 1 torch.")] = None,
     timeout: Annotated[float, typer.Option(help="Live: seconds per request.", min=0.1)] = 120.0,
     retries: Annotated[int, typer.Option(help="Live: retries of a transient fault.", min=0, max=10)] = 2,
     backoff: Annotated[float, typer.Option(help="Live: seconds before the first retry (doubles).", min=0.0)] = 0.5,
@@ -134,14 +137,18 @@ def profile(
     default = ["ngram", "vanilla", "lookahead", "medusa", "eagle3"] if backend is Backend.torch else []
     chosen = parse_list(strategies, "--strategies") if strategies else default
     client = {"timeout": timeout, "retries": retries, "backoff": backoff}
-    source = _source(backend, model, url, parse_artifacts(artifact or []), client, concurrency, threads, device,
+    levels = parse_concurrency(concurrency, default=1 if backend is Backend.torch else 4)
+    if backend is Backend.torch and max(levels) > 1:
+        raise UserError("the torch backend profiles one sequence at a time (concurrency 1); batched "
+                        "decoding in the reference engine is not in this build", field="--concurrency")
+    source = _source(backend, model, url, parse_artifacts(artifact or []), client, levels[0], threads, device,
                      plain_url)
     config = ProfileConfig(
         out=out, tasks=list(by_task), temperatures=temps, strategies=chosen, num_draft_tokens=lengths,
         max_new_tokens=max_new_tokens, limit_per_task=limit_per_task,
         rule=StopRule(ci_target, min_samples, early_stop, plain_samples), seed=seed, resume=resume,
-        plain=plain, plot=plot,
-        meta={"backend": backend.value, "target": model or url or "zoo", "prompts": prompts,
+        plain=plain, plot=plot, concurrency=levels,
+        meta={"concurrency": levels, "backend": backend.value, "target": model or url or "zoo", "prompts": prompts,
               "category_map": category_map, "tasks": list(by_task), "temperatures": temps,
               "strategies": chosen, "num_draft_tokens": lengths, "limit_per_task": limit_per_task},
     )

@@ -46,6 +46,10 @@ class Cell(BaseModel):
     speedup_vs_plain: float | None = Field(None, ge=0)
     target_forwards: int | None = Field(None, ge=0)
     seconds: float | None = Field(None, ge=0)
+    # Requests in flight when measured; files written before the axis existed are batch-1 runs.
+    concurrency: int = Field(1, ge=1)
+    throughput_tokens_per_second: float | None = Field(None, ge=0)
+    throughput_gain_vs_plain: float | None = Field(None, ge=0)
 
     @property
     def chain_alpha(self) -> float:
@@ -64,12 +68,13 @@ class Measurements(BaseModel):
     source: str = ""
 
     def lookup(self, strategy: str, task: str, temperature: float) -> Cell | None:
-        """The measured cell nearest in temperature (within ``TEMPERATURE_MATCH``), most samples first."""
+        """The measured cell nearest in temperature (within ``TEMPERATURE_MATCH``), the lowest
+        concurrency and most samples first (acceptance does not depend on the batch; costs do)."""
         near = [c for c in self.cells if c.strategy == strategy and c.task == task
                 and abs(c.temperature - temperature) <= TEMPERATURE_MATCH]
         if not near:
             return None
-        return min(near, key=lambda c: (abs(c.temperature - temperature), -c.samples))
+        return min(near, key=lambda c: (abs(c.temperature - temperature), c.concurrency, -c.samples))
 
 
 def load_measurements(path: str | Path) -> Measurements:

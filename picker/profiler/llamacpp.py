@@ -197,7 +197,7 @@ class LlamaCppSource:
         if self.metrics and self._baseline is None:
             self._baseline = self._scrape()
         time.sleep(self.gap_s)
-        return bounded(prompts, lambda p: self._one(cell, p, params), self.concurrency)
+        return bounded(prompts, lambda p: self._one(cell, p, params), cell.concurrency)
 
     def _one(self, cell: CellKey, prompt: Prompt, params: GenParams) -> Record:
         plain = cell.is_plain

@@ -40,6 +40,26 @@ def parse_temperatures(text: str) -> list[float]:
     return out
 
 
+def parse_concurrency(text: str | None, default: int) -> list[int]:
+    """``1,2,4,8`` (or one value) → sorted distinct requests-in-flight levels in 1..256.
+
+        >>> parse_concurrency("4,1,2", default=1), parse_concurrency(None, default=4)
+        ([1, 2, 4], [4])
+    """
+    if text is None:
+        return [default]
+    out = set()
+    for item in parse_list(text, "--concurrency"):
+        try:
+            value = int(item)
+        except ValueError:
+            raise UserError(f"not an integer: {item!r}", field="--concurrency") from None
+        if not 1 <= value <= 256:
+            raise UserError(f"{value} outside 1..256", field="--concurrency")
+        out.add(value)
+    return sorted(out)
+
+
 def parse_draft_lengths(text: str) -> list[int]:
     """``1-8`` or ``2,4,8`` or ``4`` → sorted draft lengths in 1..64."""
     out: set[int] = set()

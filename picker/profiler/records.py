@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
+import time
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,23 +34,28 @@ PLAIN = "plain"  # the pseudo-strategy of the no-speculation baseline (a reserve
 
 @dataclass(frozen=True, order=True)
 class CellKey:
-    """One summary cell: task type × strategy × temperature × draft length (or tree)."""
+    """One summary cell: task type × strategy × temperature × draft length (or tree) × concurrency."""
 
     task: str
     strategy: str
     temperature: float
     num_draft_tokens: int  # draft nodes verified per step; 0 for the plain baseline
     tree: str | None = None  # e.g. "depth=4,topk=2,tokens=16" when the draft is a tree
+    # Requests in flight while the cell was measured (closed loop: a finished one is replaced).
+    # Records written before the axis existed read as 1, and so do their ids.
+    concurrency: int = 1
 
     @property
     def id(self) -> str:
         base = f"{self.task}|{self.strategy}|T={self.temperature:g}|N={self.num_draft_tokens}"
-        return base + (f"|tree={self.tree}" if self.tree else "")
+        return base + (f"|tree={self.tree}" if self.tree else "") + (
+            f"|C={self.concurrency}" if self.concurrency != 1 else "")
 
     @property
-    def group(self) -> tuple[str, float]:
-        """Cells compared against each other for early stopping: same task and temperature."""
-        return (self.task, self.temperature)
+    def group(self) -> tuple[str, float, int]:
+        """Cells compared against each other for early stopping (and against one plain baseline):
+        same task, temperature and concurrency."""
+        return (self.task, self.temperature, self.concurrency)
 
     @property
     def is_plain(self) -> bool:
@@ -102,6 +108,17 @@ class Record:
         for name in ("prompt_ids", "pos_reached", "pos_accepted", "accept_hist", "sib_reached", "sib_accepted"):
             data[name] = tuple(data.get(name, ()))
         return cls(cell=cell, **data)
+
+
+def stamp_wave(record: Record, wave: str, started: float) -> Record:
+    """``record`` with the wave it ran in and its wall-clock span (epoch seconds) in ``extra``.
+
+    Concurrent requests overlap, so per-request seconds do not add up to the time a wave took;
+    throughput is tokens over the waves' spans (``picker.profiler.stats.wave_seconds``). A source
+    that knows better when its wave started (after a quiet gap) sets ``wave_t0`` itself.
+    """
+    extra = {"wave": wave, "wave_t0": started, **record.extra, "t1": time.time()}
+    return replace(record, extra=extra)
 
 
 def chain_positions(drafted: int, accepted: int) -> tuple[list[int], list[int]]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
+import uuid
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from picker.errors import UserError
-from picker.profiler.records import PLAIN, CellKey, Record, RecordLog
+from picker.profiler.records import PLAIN, CellKey, Record, RecordLog, stamp_wave
 from picker.profiler.source import GenParams, Source
 from picker.profiler.stats import CellStats, cell_stats
 from picker.profiler.stopping import BELOW_BREAK_EVEN, DOMINATED, EXHAUSTED, PRECISION, StopRule, decide
@@ -56,6 +57,8 @@ class ProfileConfig:
     plain: bool = True
     plot: bool = True
     meta: dict[str, Any] = field(default_factory=dict)  # written to run.json / summary "run"
+    # Requests in flight, one group of cells per value (None: the source's own concurrency).
+    concurrency: list[int] | None = None
 
 
 # Stops that hold across resumes; running out of prompts does not (a resume may raise the limit).
@@ -127,13 +130,16 @@ class Profiler:
         configs = self.source.configs(self.config.strategies, self.config.num_draft_tokens)
         previous = self._trap_sigint()
         try:
+            levels = self.config.concurrency or [max(1, self.source.concurrency)]
             for task in self.config.tasks:
                 for temperature in self.config.temperatures:
-                    cells = [CellKey(task, c.strategy, temperature, c.num_draft_tokens, c.tree) for c in configs]
-                    if self.config.plain and self.source.plain:
-                        cells.insert(0, CellKey(task, PLAIN, temperature, 0))
-                    self._group(cells, self.prompts.get(task, []))
-                    self.write_summary()
+                    for c in levels:
+                        cells = [CellKey(task, d.strategy, temperature, d.num_draft_tokens, d.tree, c)
+                                 for d in configs]
+                        if self.config.plain and self.source.plain:
+                            cells.insert(0, CellKey(task, PLAIN, temperature, 0, concurrency=c))
+                        self._group(cells, self.prompts.get(task, []))
+                        self.write_summary()
             self.status = "complete"
         except KeyboardInterrupt:
             self.status = "interrupted"
@@ -173,7 +179,7 @@ class Profiler:
         """Rounds over ``prompts`` until every strategy cell of the group has stopped."""
         done = self.log.done()
         active = {c for c in cells if self.log.stops.get(c.id) not in FINAL_STOPS}
-        wave = max(1, self.source.concurrency)
+        wave = cells[0].concurrency  # one concurrency per group: a wave keeps that many in flight
         total = len(prompts)
         for cell in cells:
             self.progress.cell(cell, sum((cell.id, p.id) in done for p in prompts), total)
@@ -185,7 +191,9 @@ class Profiler:
             for cell in sorted(active, key=cells.index):
                 self._check_interrupt()
                 todo = [p for p in batch if (cell.id, p.id) not in done]
+                wave_id, started = f"{cell.id}#{start}#{uuid.uuid4().hex[:8]}", time.time()
                 for record in self.source.measure(cell, todo, self.params) if todo else ():
+                    record = stamp_wave(record, wave_id, started)
                     self.log.append(record)
                     self.by_cell[cell].append(record)
                     self._check_interrupt()  # a safe point: the record is on disk and counted

@@ -140,7 +140,7 @@ class SGLangSource:
 
     def measure(self, cell: CellKey, prompts: Sequence[Prompt], params: GenParams) -> Iterator[Record]:
         depth = int(self.info["speculative_num_steps"])
-        return bounded(prompts, lambda p: self._one(cell, p, params, depth), self.concurrency)
+        return bounded(prompts, lambda p: self._one(cell, p, params, depth), cell.concurrency)
 
     def _one(self, cell: CellKey, prompt: Prompt, params: GenParams, depth: int) -> Record:
         url = f"{self.url}/generate"

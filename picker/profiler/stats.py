@@ -184,6 +184,24 @@ def cell_stats(records: Sequence[Record], seed_key: str = "") -> CellStats:
     )
 
 
+def wave_seconds(records: Sequence[Record]) -> float:
+    """Wall-clock seconds the records' waves took: per wave, last finish minus its start.
+
+    Records stamped by the runner (``picker.profiler.records.stamp_wave``) share a wave id; older
+    records without one count their own ``wall_s`` (one request in flight at a time).
+    """
+    spans: dict[str, tuple[float, float]] = {}
+    loose = 0.0
+    for r in records:
+        wave, t0, t1 = r.extra.get("wave"), r.extra.get("wave_t0"), r.extra.get("t1")
+        if wave is None or t0 is None or t1 is None:
+            loose += r.wall_s
+            continue
+        lo, hi = spans.get(wave, (float(t0), float(t1)))
+        spans[wave] = (min(lo, float(t0)), max(hi, float(t1)))
+    return loose + sum(hi - lo for lo, hi in spans.values())
+
+
 def tau_by_depth(per_position: Sequence[float | None]) -> list[float]:
     """Expected tokens per step had the chain been cut at depth n = 1..len: 1 + Σ_k Π_{j≤k} α_j.
 

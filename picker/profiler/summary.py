@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from picker.profiler.records import CellKey, Record
-from picker.profiler.stats import CellStats, cell_stats, tau_by_depth
+from picker.profiler.stats import CellStats, cell_stats, tau_by_depth, wave_seconds
 from picker.profiler.stopping import StepCost, step_cost
 
 SCHEMA = "specpicker.profile.summary/1"
@@ -42,7 +42,13 @@ CONVENTIONS = {
                       "(tree-capable drafters, reference backend); sibling_reached: expected rejections behind each",
     "tokens_per_forward": "new tokens / target forwards (prefill and steps without drafts included)",
     "cost_ratio": "c = (draft seconds per draft token) / (verify seconds per verify step)",
-    "speedup_vs_plain": "tokens/s over tokens/s of plain decoding, both on the prompts both ran, batch 1",
+    "speedup_vs_plain": "tokens/s over tokens/s of plain decoding, both on the prompts both ran, each "
+                        "request timed alone (at concurrency > 1: the per-request speed-up)",
+    "concurrency": "requests in flight while the cell was measured (closed loop: a finished request is "
+                   "replaced by the next prompt); every cell is compared with plain decoding at its own concurrency",
+    "throughput_tokens_per_second": "tokens of all requests / wall seconds of the waves that ran them",
+    "throughput_gain_vs_plain": "throughput over plain decoding's at the same concurrency, on the waves "
+                                "whose prompts both ran",
     "break_even_alpha": "alpha_iid at which E[L](a, N) = N*c + v (batch 1, measured c and v; v = 1 and "
                         "c = cost_ratio without a plain baseline): below it speculation is slower",
     "samples": "independent units behind the interval: generations (waves for counter sources)",
@@ -82,6 +88,25 @@ def _speedup(records: Sequence[Record], plain: Sequence[Record]) -> float | None
     return (sum(r.tokens for r in ours) / wall) / (sum(r.tokens for r in theirs) / plain_wall)
 
 
+def _throughput(records: Sequence[Record]) -> float | None:
+    seconds = wave_seconds(records)
+    return sum(r.tokens for r in records) / seconds if seconds > 0 and records else None
+
+
+def _throughput_gain(records: Sequence[Record], plain: Sequence[Record]) -> float | None:
+    """Throughput ratio over the waves whose prompts both the cell and plain decoding ran."""
+    shared = {p for r in records for p in r.prompt_ids} & {p for r in plain for p in r.prompt_ids}
+
+    def whole_waves(recs: Sequence[Record]) -> list[Record]:
+        waves: dict[Any, list[Record]] = defaultdict(list)
+        for r in recs:
+            waves[r.extra.get("wave", id(r))].append(r)
+        return [r for w in waves.values() if all(set(x.prompt_ids) <= shared for x in w) for r in w]
+
+    ours, theirs = _throughput(whole_waves(records)), _throughput(whole_waves(plain))
+    return ours / theirs if ours and theirs else None
+
+
 def _cell_entry(key: CellKey, records: Sequence[Record], stats: CellStats, plain: Sequence[Record],
                 plain_stats: CellStats | None, stopped: str | None) -> dict[str, Any]:
     speedup = _speedup(records, plain)
@@ -89,7 +114,7 @@ def _cell_entry(key: CellKey, records: Sequence[Record], stats: CellStats, plain
     ci = stats.alpha_ci if stats.alpha_ci is not None else (0.0, 1.0)
     return {
         "task": key.task, "strategy": key.strategy, "temperature": key.temperature,
-        "num_draft_tokens": key.num_draft_tokens, "tree": key.tree,
+        "num_draft_tokens": key.num_draft_tokens, "tree": key.tree, "concurrency": key.concurrency,
         "alpha": _r(stats.alpha if stats.alpha is not None else 0.0),
         "alpha_ci": [_r(ci[0]), _r(ci[1])], "alpha_ci_method": stats.alpha_ci_method,
         "alpha_iid": _r(stats.alpha_iid),
@@ -112,6 +137,8 @@ def _cell_entry(key: CellKey, records: Sequence[Record], stats: CellStats, plain
         "v_vs_plain_forward": _r(cost.v) if plain_stats and stats.verify_s_per_step else None,
         "tokens_per_second": _r(stats.tokens_per_second, 3),
         "speedup_vs_plain": _r(speedup, 4),
+        "throughput_tokens_per_second": _r(_throughput(records), 3),
+        "throughput_gain_vs_plain": _r(_throughput_gain(records, plain), 4),
         "samples": stats.samples, "draft_tokens": stats.drafted, "accepted_tokens": stats.accepted,
         "draft_steps": stats.draft_steps, "decode_steps": stats.steps, "tokens": stats.tokens,
         "target_forwards": stats.forwards,
@@ -128,12 +155,14 @@ def build_summary(records: Sequence[Record], stops: Mapping[str, str], run: Mapp
     plain = {k.group: v for k, v in by_cell.items() if k.is_plain}
     plain_stats = {g: cell_stats(v, seed_key="plain") for g, v in plain.items()}
     cells, baselines = [], []
-    for key in sorted(by_cell, key=lambda k: (k.task, k.temperature, k.strategy, k.num_draft_tokens, k.tree or "")):
+    for key in sorted(by_cell, key=lambda k: (k.task, k.temperature, k.concurrency, k.strategy, k.num_draft_tokens,
+                                              k.tree or "")):
         recs = by_cell[key]
         if key.is_plain:
             ps = plain_stats[key.group]
             baselines.append({"task": key.task, "temperature": key.temperature, "strategy": key.strategy,
-                              "tokens_per_second": _r(ps.tokens_per_second, 3), "samples": ps.samples,
+                              "concurrency": key.concurrency, "tokens_per_second": _r(ps.tokens_per_second, 3),
+                              "throughput_tokens_per_second": _r(_throughput(recs), 3), "samples": ps.samples,
                               "tokens": ps.tokens, "target_forwards": ps.forwards, "seconds": _r(ps.wall_s, 3),
                               "stopped": stops.get(key.id)})
             continue

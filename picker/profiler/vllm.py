@@ -29,6 +29,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 from picker.profiler.http import EndpointError, HttpClient
@@ -135,16 +136,18 @@ class VLLMSource:
         return [DraftConfig(strategy, depth)]
 
     def measure(self, cell: CellKey, prompts: Sequence[Prompt], params: GenParams) -> Iterator[Record]:
-        for start in range(0, len(prompts), self.concurrency):
-            wave = prompts[start:start + self.concurrency]
+        for start in range(0, len(prompts), cell.concurrency):
+            wave = prompts[start:start + cell.concurrency]
             time.sleep(self.gap_s)
-            yield self._plain_wave(cell, wave, params) if cell.is_plain else self._wave(cell, wave, params)
+            started = time.time()  # the wave's own span starts after the quiet gap
+            record = self._plain_wave(cell, wave, params) if cell.is_plain else self._wave(cell, wave, params)
+            yield replace(record, extra={**record.extra, "wave_t0": started})
 
     def _plain_wave(self, cell: CellKey, prompts: Sequence[Prompt], params: GenParams) -> Record:
         """The same wave on the plain server: one forward per token (the prefill emits the first)."""
         assert self.plain_url is not None and self.plain_model is not None
         results = list(bounded(prompts, lambda p: self._one(cell, p, params, self.plain_url, self.plain_model),
-                               self.concurrency))
+                               cell.concurrency))
         tokens = sum(r.tokens for r in results)
         requests = sum(r.extra["requests"] for r in results)
         return Record(cell=cell, prompt_ids=tuple(p.id for p in prompts), tokens=tokens, forwards=tokens,
@@ -153,7 +156,7 @@ class VLLMSource:
 
     def _wave(self, cell: CellKey, prompts: Sequence[Prompt], params: GenParams) -> Record:
         before = self._scrape()
-        results = list(bounded(prompts, lambda p: self._one(cell, p, params), self.concurrency))
+        results = list(bounded(prompts, lambda p: self._one(cell, p, params), cell.concurrency))
         after = self._settled()
         delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
         drafting = int(round(delta.get((DRAFTS, ()), 0.0)))

@@ -1,0 +1,102 @@
+"""The concurrency axis of ``specpick profile``: one group of cells per requests-in-flight level,
+each against plain decoding at the same level, throughput from the waves' wall clock.
+
+Live sources are checked over real HTTP on loopback with the llama-server stand-in of
+tests/test_endpoints_llamacpp.py (its documented wire format), here holding every completion for a
+fixed 50 ms so that requests in flight overlap measurably. The real servers:
+tests/engines/test_vllm.py and tests/engines/test_llamacpp.py.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from picker.profiler.options import parse_concurrency
+from picker.profiler.records import CellKey, Record
+from picker.profiler.run import records_of
+from picker.profiler.stats import wave_seconds
+from tests.test_endpoints_llamacpp import RATES, LlamaDouble, llama
+
+HOLD_S = 0.05
+
+
+class SlowDouble(LlamaDouble):
+    """LlamaDouble that holds each completion ``HOLD_S`` and counts requests in flight."""
+
+    def __init__(self, rates: list[float], **kw: Any) -> None:
+        super().__init__(rates, **kw)
+        self.in_flight, self.peaks = 0, []  # peaks: requests in flight when each one arrived
+        self.gate = threading.Lock()
+
+    def _complete(self, req: dict[str, Any]) -> dict[str, Any]:
+        with self.gate:
+            self.in_flight += 1
+            self.peaks.append(self.in_flight)
+        time.sleep(HOLD_S)
+        try:
+            return super()._complete(req)
+        finally:
+            with self.gate:
+                self.in_flight -= 1
+
+
+def test_parse_concurrency_rejects_bad_levels() -> None:
+    import pytest
+
+    from picker.errors import UserError
+
+    assert parse_concurrency("8,1,2,2", default=1) == [1, 2, 8]
+    for bad in ("0", "300", "two", ","):
+        with pytest.raises(UserError, match="--concurrency"):
+            parse_concurrency(bad, default=1)
+
+
+def test_cell_ids_carry_concurrency_only_above_one() -> None:
+    assert CellKey("code", "ngram", 0.0, 4).id == "code|ngram|T=0|N=4"  # records of earlier runs resume
+    assert CellKey("code", "ngram", 0.0, 4, concurrency=4).id == "code|ngram|T=0|N=4|C=4"
+    old = Record.from_dict({"cell": {"task": "code", "strategy": "ngram", "temperature": 0.0, "num_draft_tokens": 4},
+                            "prompt_ids": ["c0"], "tokens": 3, "forwards": 2})
+    assert old.cell.concurrency == 1
+
+
+def test_wave_seconds_counts_overlapping_requests_once() -> None:
+    key = CellKey("code", "ngram", 0.0, 4, concurrency=2)
+    a = Record(key, ("a",), tokens=4, forwards=2, wall_s=1.0, extra={"wave": "w", "wave_t0": 10.0, "t1": 11.0})
+    b = Record(key, ("b",), tokens=4, forwards=2, wall_s=1.5, extra={"wave": "w", "wave_t0": 10.0, "t1": 11.5})
+    c = Record(key, ("c",), tokens=4, forwards=2, wall_s=0.5)  # an older record: its own seconds
+    assert wave_seconds([a, b, c]) == 1.5 + 0.5
+
+
+def test_levels_run_as_groups_each_against_its_own_plain_baseline(tmp_path: Path) -> None:
+    with SlowDouble(RATES) as spec, SlowDouble([], types="") as plain:
+        args = ["--strategies", "vanilla", "--tasks", "math", "--temperatures", "0", "--limit-per-task", "4",
+                "--max-new-tokens", "12", "--no-early-stop", "--num-draft-tokens", "3", "--concurrency", "1,4",
+                "--plain-url", plain.url]
+        result = llama(spec.url, tmp_path, *args)
+        assert result.exit_code == 0, result.output
+        spec_peaks, plain_peaks = list(spec.peaks), list(plain.peaks)
+        # Resuming the finished run measures nothing again, at either level.
+        again = llama(spec.url, tmp_path, *args, "--resume")
+        assert again.exit_code == 0, again.output
+        assert len(spec.peaks) == len(spec_peaks) + 1  # the one untimed warm-up request
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["run"]["concurrency"] == [1, 4]
+    cells = {c["concurrency"]: c for c in summary["cells"]}
+    bases = {b["concurrency"]: b for b in summary["baselines"]}
+    assert set(cells) == set(bases) == {1, 4}
+    # Level 1 sends one request at a time; level 4 keeps four in flight (the warm-up comes first).
+    assert max(spec_peaks[1:5]) == 1 and max(spec_peaks[5:]) == 4
+    assert max(plain_peaks[1:5]) == 1 and max(plain_peaks[5:]) == 4
+    # Four held requests at once take about one hold: throughput grows with the level, while the
+    # per-request speed does not (each still waits HOLD_S).
+    assert cells[4]["throughput_tokens_per_second"] > 2 * cells[1]["throughput_tokens_per_second"]
+    for c in (1, 4):
+        ratio = cells[c]["throughput_tokens_per_second"] / bases[c]["throughput_tokens_per_second"]
+        assert abs(cells[c]["throughput_gain_vs_plain"] - ratio) < 1e-3 * ratio
+    records = records_of(tmp_path)
+    waves = {r.extra["wave"] for r in records if r.cell.concurrency == 4 and not r.cell.is_plain}
+    assert len(waves) == 1  # four prompts, four in flight: one wave
