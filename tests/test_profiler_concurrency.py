@@ -100,3 +100,20 @@ def test_levels_run_as_groups_each_against_its_own_plain_baseline(tmp_path: Path
     records = records_of(tmp_path)
     waves = {r.extra["wave"] for r in records if r.cell.concurrency == 4 and not r.cell.is_plain}
     assert len(waves) == 1  # four prompts, four in flight: one wave
+
+
+def test_load_curves_find_the_crossover_and_never_extrapolate(tmp_path: Path) -> None:
+    from picker.profiler.load import crossover, load_curves, plot_gain
+
+    assert crossover([(1, 2.0), (2, 1.5), (4, 1.0)]) == 4.0
+    assert crossover([(1, 1.2), (8, 0.6)]) == 2.0            # log-linear: 1.2 -> 0.6 over 3 doublings
+    assert crossover([(1, 1.3), (16, 1.01)]) is None          # above 1 wherever measured
+    cells = [{"task": "code", "temperature": 0.0, "strategy": "ngram", "num_draft_tokens": 4, "tree": None,
+              "concurrency": c, "throughput_gain_vs_plain": g} for c, g in ((4, 1.1), (1, 1.8), (16, 0.9))]
+    cells.append({**cells[0], "strategy": "vanilla", "concurrency": 1})  # one level: no curve
+    (curve,) = load_curves(cells)
+    assert curve["gain"] == [[1, 1.8], [4, 1.1], [16, 0.9]]
+    assert 4 < curve["crossover"] < 16 and curve["crossover_note"].startswith("gain <= 1 from concurrency")
+    out = tmp_path / "gain.png"
+    if plot_gain({"load": [curve]}, out):  # matplotlib is the optional `plot` extra
+        assert out.stat().st_size > 1000

@@ -155,9 +155,11 @@ def profile(
     progress = RichProgress("quiet" if quiet else None)
     summary = _run(Profiler(source, by_task, config, progress), progress, out)
     if not quiet:
+        from picker.profiler.load import print_load_table
         from picker.profiler.table import print_summary
 
         print_summary(summary)
+        print_load_table(summary)
 
 
 def _tasks_and_temperatures(tasks: str | None, temperatures: str | None, workload: Path | None,

@@ -231,9 +231,11 @@ class Profiler:
         write_json_atomic(self.config.out / "summary.json", summary)
         self.last_summary = time.monotonic()
         if self.config.plot and self.status != "running":
+            from picker.profiler.load import plot_gain
             from picker.profiler.plot import plot_alpha
 
             plot_alpha(summary, self.config.out / "alpha.png")
+            plot_gain(summary, self.config.out / "gain_vs_concurrency.png")
 
 
     def _server_report(self) -> dict[str, Any]:

@@ -5,7 +5,8 @@ whatever stops a run — a kill, Ctrl-C, a failing endpoint — the summary on d
 with the records on disk. ``specpick recommend --measurements`` reads it
 (``picker.inputs.measurements.Cell``).
 
-    >>> from picker.profiler.records import CellKey, Record
+    >>> from picker.profiler.load import load_curves
+from picker.profiler.records import CellKey, Record
     >>> key = CellKey("math", "ngram", 0.0, 2)
     >>> recs = [Record(key, ("m0",), tokens=8, forwards=4, steps=3, drafted=6, accepted=4, wall_s=0.5)]
     >>> cell = build_summary(recs, {}, {})["cells"][0]
@@ -23,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from picker.profiler.load import load_curves
 from picker.profiler.records import CellKey, Record
 from picker.profiler.stats import CellStats, cell_stats, tau_by_depth, wave_seconds
 from picker.profiler.stopping import StepCost, step_cost
@@ -52,6 +54,10 @@ CONVENTIONS = {
     "break_even_alpha": "alpha_iid at which E[L](a, N) = N*c + v (batch 1, measured c and v; v = 1 and "
                         "c = cost_ratio without a plain baseline): below it speculation is slower",
     "samples": "independent units behind the interval: generations (waves for counter sources)",
+    "load": "per task x strategy x draft shape x temperature measured at >= 2 concurrencies: "
+            "[concurrency, gain] with gain = throughput_gain_vs_plain (speedup_vs_plain where waves were "
+            "not timed), and crossover = the concurrency where the gain reaches 1 (log-linear between "
+            "measured levels; null: above 1 at every level measured)",
 }
 
 
@@ -171,8 +177,12 @@ def build_summary(records: Sequence[Record], stops: Mapping[str, str], run: Mapp
                                  stops.get(key.id)))
     totals = {"records": len(records), "target_forwards": sum(r.forwards for r in records),
               "seconds": round(sum(r.wall_s for r in records), 3)}
-    return {"schema": SCHEMA, "conventions": CONVENTIONS, "run": dict(run), "totals": totals,
-            "cells": cells, "baselines": baselines}
+    out = {"schema": SCHEMA, "conventions": CONVENTIONS, "run": dict(run), "totals": totals,
+           "cells": cells, "baselines": baselines}
+    curves = load_curves(cells)
+    if curves:  # measured at two or more concurrency levels
+        out["load"] = curves
+    return out
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

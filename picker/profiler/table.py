@@ -27,13 +27,15 @@ def print_summary(summary: Mapping[str, Any], console: Console | None = None) ->
         return
     table = Table(title="acceptance by task type x strategy x temperature", title_justify="left")
     left = ("task", "strategy", "per position", "stopped")
-    for name in ("task", "strategy", "T", "N", "alpha", "95% CI", "a_iid", "per position", "tau", "c",
-                 "tok/s", "x plain", "n", "fwd", "stopped"):
+    loaded = any(c.get("concurrency", 1) != 1 for c in cells)  # a column only when some level is not 1
+    for name in ("task", "strategy", "T", *(("C",) if loaded else ()), "N", "alpha", "95% CI", "a_iid",
+                 "per position", "tau", "c", "tok/s", "x plain", "n", "fwd", "stopped"):
         table.add_column(name, justify="left" if name in left else "right", no_wrap=True)
     for c in cells:
         lo, hi = c["alpha_ci"]
         per = " ".join(_f(p, ".2f") for p in (c.get("per_position") or [])[:4])
-        table.add_row(c["task"], c["strategy"], f"{c['temperature']:g}", c["tree"] or str(c["num_draft_tokens"]),
+        level = (str(c.get("concurrency", 1)),) if loaded else ()
+        table.add_row(c["task"], c["strategy"], f"{c['temperature']:g}", *level, c["tree"] or str(c["num_draft_tokens"]),
                       f"{c['alpha']:.3f}", f"{lo:.2f}-{hi:.2f}", _f(c.get("alpha_iid")), per,
                       _f(c.get("tau"), ".2f"), _f(c.get("cost_ratio"), ".2f"), _f(c.get("tokens_per_second"), ".0f"),
                       _f(c.get("speedup_vs_plain"), ".2f"), str(c["samples"]), str(c["target_forwards"]),

@@ -1,0 +1,120 @@
+"""Speculation under load: the gain over plain decoding against concurrency, and where it crosses 1.
+
+A profile run with several ``--concurrency`` levels measures every cell at each level against plain
+decoding at the same level. This module reads those cells back as one curve per (task, strategy,
+draft shape, temperature) and finds the crossover, the concurrency at which the gain falls to 1
+(interpolated linearly in log C between the two measured levels around it, never extrapolated).
+
+    >>> crossover([(1, 1.6), (4, 1.2), (16, 0.8)])
+    8.0
+    >>> crossover([(1, 1.6), (16, 1.1)]) is None, crossover([(1, 0.9), (4, 0.7)])
+    (True, 1.0)
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+
+def _gain(cell: Mapping[str, Any]) -> float | None:
+    """Throughput gain where the waves were timed, else the per-request speed-up (equal at C = 1)."""
+    g = cell.get("throughput_gain_vs_plain")
+    return g if g is not None else cell.get("speedup_vs_plain")
+
+
+def crossover(points: Sequence[tuple[int, float]]) -> float | None:
+    """The concurrency at which the gain first reaches 1 from above; ``points`` sorted by level.
+
+    The lowest level when the gain is already at or below 1 there; None when it stays above 1 at
+    every measured level (the curve says nothing beyond its last point).
+    """
+    if not points:
+        return None
+    if points[0][1] <= 1.0:
+        return float(points[0][0])
+    for (c0, g0), (c1, g1) in zip(points, points[1:]):
+        if g1 <= 1.0 < g0:
+            w = (g0 - 1.0) / (g0 - g1)
+            return round(math.exp(math.log(c0) + w * (math.log(c1) - math.log(c0))), 2)
+    return None
+
+
+def load_curves(cells: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One curve per (task, temperature, strategy, N, tree) measured at two or more levels."""
+    groups: dict[tuple[Any, ...], list[tuple[int, float]]] = defaultdict(list)
+    for c in cells:
+        g = _gain(c)
+        if g is not None:
+            key = (c["task"], c["temperature"], c["strategy"], c.get("num_draft_tokens"), c.get("tree"))
+            groups[key].append((int(c.get("concurrency", 1)), float(g)))
+    out = []
+    for (task, temp, strategy, n, tree), pts in sorted(groups.items(), key=lambda kv: str(kv[0])):
+        pts.sort()
+        if len(pts) < 2:
+            continue
+        x = crossover(pts)
+        out.append({"task": task, "temperature": temp, "strategy": strategy, "num_draft_tokens": n, "tree": tree,
+                    "gain": [[c, round(g, 4)] for c, g in pts], "crossover": x,
+                    "crossover_note": (f"gain <= 1 from concurrency {x:g}" if x is not None
+                                       else f"none up to {pts[-1][0]}")})
+    return out
+
+
+def print_load_table(summary: Mapping[str, Any], console: Any = None) -> None:
+    """Gain against concurrency, one row per curve, and the crossover."""
+    from rich.console import Console
+    from rich.table import Table
+
+    curves = summary.get("load") or []
+    if not curves:
+        return
+    console = console or Console(width=None if Console().is_terminal else 200)
+    levels = sorted({c for cur in curves for c, _ in cur["gain"]})
+    table = Table(title="throughput gain over plain decoding against concurrency (same concurrency)",
+                  title_justify="left")
+    for name in ("task", "strategy", "T", "N", *(f"C={c}" for c in levels), "crosses 1"):
+        table.add_column(name, justify="left" if name in ("task", "strategy", "crosses 1") else "right")
+    for cur in curves:
+        by = dict((c, g) for c, g in cur["gain"])
+        table.add_row(cur["task"], cur["strategy"], f"{cur['temperature']:g}",
+                      cur["tree"] or str(cur["num_draft_tokens"]),
+                      *("-" if c not in by else f"{by[c]:.2f}" for c in levels), cur["crossover_note"])
+    console.print(table)
+
+
+def plot_gain(summary: Mapping[str, Any], out: Path) -> bool:
+    """A PNG of gain against concurrency, one panel per temperature, the crossover marked."""
+    curves = summary.get("load") or []
+    if not curves:
+        return False
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")  # no display: files only
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    temps = sorted({c["temperature"] for c in curves})
+    fig, axes = plt.subplots(len(temps), 1, figsize=(7.5, 3.4 * len(temps)), squeeze=False)
+    for ax, temp in zip(axes[:, 0], temps):
+        for cur in (c for c in curves if c["temperature"] == temp):
+            xs, ys = zip(*cur["gain"])
+            label = f"{cur['task']} {cur['strategy']} {cur['tree'] or 'N=' + str(cur['num_draft_tokens'])}"
+            (line,) = ax.plot(xs, ys, marker="o", label=label)
+            if cur["crossover"] is not None:
+                ax.plot([cur["crossover"]], [1.0], marker="X", markersize=11, color=line.get_color())
+        ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("concurrency (requests in flight)")
+        ax.set_ylabel("gain over plain")
+        ax.set_title(f"temperature {temp:g}   (X: gain crosses 1)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.005, 1.0))
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return True
