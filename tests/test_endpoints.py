@@ -254,12 +254,15 @@ def test_vllm_needs_the_strategy_named(tmp_path: Path) -> None:
 
 
 def test_plain_url_is_for_vllm_and_must_answer(tmp_path: Path) -> None:
-    """``--plain-url`` times plain decoding on a second vLLM server: refused for other backends, and a
-    plain server that does not answer ends in one line naming it."""
+    """``--plain-url`` times plain decoding on a second live server: refused for the torch backend and
+    for a "plain" server that speculates, and a plain server that does not answer ends in one line
+    naming it."""
+    result = profile("http://127.0.0.1:1", tmp_path / "t", "--plain-url", "http://127.0.0.1:1", backend="torch")
+    assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert "--plain-url is for live backends" in result.stderr
     with SGLangDouble(rates=[0.5], steps=1) as server:
         result = profile(server.url, tmp_path, "--plain-url", server.url, "--tasks", "math")
-    assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1
-    assert "--plain-url is for --backend vllm" in result.stderr
+    _one_error_line(result, "/get_server_info", "the plain server speculates (EAGLE3)")
     port = _closed_port()
     with _vllm_with(GOOD_METRICS, lambda body: as_json({})) as server:
         result = profile(server.url, tmp_path / "v", "--strategies", "ngram", "--tasks", "math",

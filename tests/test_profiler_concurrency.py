@@ -117,3 +117,25 @@ def test_load_curves_find_the_crossover_and_never_extrapolate(tmp_path: Path) ->
     out = tmp_path / "gain.png"
     if plot_gain({"load": [curve]}, out):  # matplotlib is the optional `plot` extra
         assert out.stat().st_size > 1000
+
+
+def test_sglang_concurrency_levels_against_a_plain_server(tmp_path: Path) -> None:
+    """SGLang's documented ``/generate`` wire format (tests/test_profiler_sglang_double.py): the
+    plain baseline on a second server without ``--speculative-algorithm``, per level."""
+    from tests.test_endpoints import profile
+    from tests.test_profiler_sglang_double import SGLangDouble
+
+    with SGLangDouble(rates=[0.9, 0.6, 0.3], steps=3, delay=HOLD_S) as spec, \
+            SGLangDouble(rates=[], steps=0, algorithm=None, delay=HOLD_S) as plain:  # type: ignore[arg-type]
+        result = profile(spec.url, tmp_path, "--tasks", "math", "--temperatures", "0", "--limit-per-task", "4",
+                         "--max-new-tokens", "16", "--no-early-stop", "--concurrency", "1,4",
+                         "--plain-url", plain.url)
+        assert result.exit_code == 0, result.output
+        plain_texts = [r["text"] for r in plain.log]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["run"]["source"]["plain_url"] == plain.url
+    assert sorted(b["concurrency"] for b in summary["baselines"]) == [1, 4]
+    assert len(plain_texts) == 8  # four prompts at each level
+    assert {r.source for r in records_of(tmp_path) if r.cell.is_plain} == {"sglang-plain-server"}
+    (curve,) = summary["load"]
+    assert [c for c, _ in curve["gain"]] == [1, 4]

@@ -56,8 +56,8 @@ def _source(backend: Backend, model: str | None, url: str | None, artifacts: dic
             client_opts: dict[str, Any], concurrency: int, threads: int, device: str,
             plain_url: str | None = None) -> Any:
     """The measuring source for ``backend`` (a loaded target, or a checked live endpoint)."""
-    if plain_url is not None and backend not in (Backend.vllm, Backend.llamacpp):
-        raise UserError(f"--plain-url is for --backend vllm or llamacpp (a second server without speculation); "
+    if plain_url is not None and backend is Backend.torch:
+        raise UserError(f"--plain-url is for live backends (a second server without speculation); "
                         f"{backend.value} times its baseline itself or not at all", field="--plain-url")
     if backend is Backend.torch:
         if url is not None:
@@ -74,7 +74,7 @@ def _source(backend: Backend, model: str | None, url: str | None, artifacts: dic
     if backend is Backend.sglang:
         from picker.profiler.sglang import SGLangSource
 
-        return SGLangSource(url, client, concurrency)
+        return SGLangSource(url, client, concurrency, plain_url=plain_url)
     if backend is Backend.llamacpp:
         from picker.profiler.llamacpp import LlamaCppSource
 

@@ -75,16 +75,26 @@ def parse_meta(meta: Any, *, url: str, depth: int) -> dict[str, Any]:
 
 
 class SGLangSource:
-    """Sends prompts to ``URL/generate``; one record per prompt (all its turns)."""
+    """Sends prompts to ``URL/generate``; one record per prompt (all its turns). With ``plain_url``
+    (the same model served without ``--speculative-algorithm``) it times plain decoding there, the
+    baseline of each cell's gain at the same concurrency: SGLang cannot turn speculation off per
+    request."""
 
     name = "sglang"
-    plain = False
 
-    def __init__(self, url: str, client: HttpClient, concurrency: int = 4) -> None:
+    def __init__(self, url: str, client: HttpClient, concurrency: int = 4, plain_url: str | None = None) -> None:
         self.url = url.rstrip("/")
         self.client = client
         self.concurrency = concurrency
         self.info = self._server_info()
+        self.plain_url = plain_url.rstrip("/") if plain_url else None
+        self.plain = self.plain_url is not None
+        if self.plain_url is not None:
+            info = self.client.get_json(f"{self.plain_url}/get_server_info")
+            if not isinstance(info, dict) or info.get("speculative_algorithm"):
+                algo = info.get("speculative_algorithm") if isinstance(info, dict) else None
+                raise EndpointError(f"{self.plain_url}/get_server_info",
+                                    f"the plain server speculates ({algo}): start it without --speculative-algorithm")
 
     def _server_info(self) -> dict[str, Any]:
         url = f"{self.url}/get_server_info"
@@ -120,7 +130,8 @@ class SGLangSource:
     def describe(self) -> dict[str, Any]:
         keys = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
                 "speculative_num_draft_tokens", "model_path", "version")
-        return {"backend": "sglang", "url": self.url, **{k: self.info.get(k) for k in keys}}
+        out = {"backend": "sglang", "url": self.url, **{k: self.info.get(k) for k in keys}}
+        return {**out, "plain_url": self.plain_url} if self.plain_url else out
 
     def configs(self, strategies: Sequence[str], num_draft_tokens: Sequence[int]) -> list[DraftConfig]:
         from picker.engine.plugins import load_strategies
@@ -139,8 +150,31 @@ class SGLangSource:
         return [DraftConfig(strategy, steps if tree is None else tokens - 1, tree)]
 
     def measure(self, cell: CellKey, prompts: Sequence[Prompt], params: GenParams) -> Iterator[Record]:
+        if cell.is_plain:
+            return bounded(prompts, lambda p: self._plain_one(cell, p, params), cell.concurrency)
         depth = int(self.info["speculative_num_steps"])
         return bounded(prompts, lambda p: self._one(cell, p, params, depth), cell.concurrency)
+
+    def _plain_one(self, cell: CellKey, prompt: Prompt, params: GenParams) -> Record:
+        """The prompt on the plain server: one forward per token (each turn's prefill emits its first)."""
+        assert self.plain_url is not None
+        url = f"{self.plain_url}/generate"
+        history: list[str] = []
+        tokens = 0
+        start = time.perf_counter()
+        for turn in range(len(prompt.turns)):
+            body = {"text": render_turn(prompt, turn, history),
+                    "sampling_params": {"temperature": cell.temperature, "max_new_tokens": params.max_new_tokens}}
+            resp = self.client.post_json(url, body)
+            meta = resp.get("meta_info") if isinstance(resp, dict) else None
+            if not isinstance(resp, dict) or not isinstance(resp.get("text"), str) or not isinstance(meta, dict):
+                raise EndpointError(url, "response has no 'text' string and meta_info object")
+            history.append(resp["text"])
+            tokens += _count(meta, "completion_tokens", url)
+        turns = len(prompt.turns)
+        return Record(cell=cell, prompt_ids=(prompt.id,), tokens=tokens, forwards=tokens,
+                      steps=max(tokens - turns, 0), wall_s=time.perf_counter() - start,
+                      source="sglang-plain-server", extra={"turns": turns})
 
     def _one(self, cell: CellKey, prompt: Prompt, params: GenParams, depth: int) -> Record:
         url = f"{self.url}/generate"
