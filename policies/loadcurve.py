@@ -74,8 +74,11 @@ class EngineCurve:
     pad_on: Literal["tokens", "batch"]  # what the graph sizes count
     provenance: tuple[tuple[str, str], ...]  # (constant, "fitted: ... | assumption: ...")
 
-    def source(self, constant: str) -> str:
-        return dict(self.provenance).get(constant, "unknown")
+    def describe(self) -> dict[str, dict[str, Any]]:
+        """Every numeric constant with its value and where it comes from (for reports)."""
+        prov = dict(self.provenance)
+        return {f.name: {"value": getattr(self, f.name), "from": prov.get(f.name, "unknown")}
+                for f in dataclasses.fields(self) if f.type in ("float", float)}
 
 
 def _capture(rule: Mapping[str, Any]) -> tuple[int, ...]:
@@ -94,22 +97,29 @@ def _load(path: str) -> dict[str, Any]:
     return data
 
 
+# A calibration file (``policies.calibration``, roofline field names) maps onto the curve's names.
+CALIBRATION_NAMES = {"flops_efficiency": "gemm_efficiency"}
+
+
 def engine_curve(
-    engine: str, overrides: Mapping[str, float] | None = None, path: Path = CONSTANTS_PATH
+    engine: str, overrides: Mapping[str, float] | None = None, path: Path = CONSTANTS_PATH,
+    *, label: str = "override (bench/load fit)",
 ) -> EngineCurve:
     """The curve of ``engine``: the file's ``default`` constants, its engine section on top, then
-    ``overrides`` (numeric constants only; used by the fit in ``bench/load``)."""
+    ``overrides`` (numeric constants, recorded as ``label`` in the provenance; roofline calibration
+    names such as ``flops_efficiency`` are accepted, see :data:`CALIBRATION_NAMES`)."""
     data = _load(str(path))
     if engine not in data["engines"]:
         raise ValueError(f"unknown engine {engine!r}; known: {', '.join(sorted(data['engines']))}")
     merged: dict[str, dict[str, Any]] = {**data["default"], **data["engines"][engine]["constants"]}
     values = {k: float(v["value"]) for k, v in merged.items()}
     prov = {k: f"{v['kind']}: {v['source']}" for k, v in merged.items()}
-    for key, value in (overrides or {}).items():
+    for name, value in (overrides or {}).items():
+        key = CALIBRATION_NAMES.get(name, name)
         if key not in values:
-            raise ValueError(f"unknown curve constant {key!r}; known: {', '.join(sorted(values))}")
+            raise ValueError(f"unknown curve constant {name!r}; known: {', '.join(sorted(values))}")
         values[key] = float(value)
-        prov[key] = "override (bench/load fit)"
+        prov[key] = label
     graphs = data["engines"][engine].get("graphs", {})
     return EngineCurve(
         name=engine, capture=_capture(graphs), pad_on=graphs.get("pad_on", "tokens"),
@@ -135,9 +145,16 @@ class ForwardTime:
     weight_seconds: float  # streaming the weights once
     gemm_seconds: float  # dense FLOPs of the (padded) tokens at the GEMM asymptote
     kv_seconds: float  # streaming the KV cache of every sequence
-    overhead_seconds: float  # fixed + launch + allreduce
+    overhead_seconds: float  # fixed + launch
     padded_tokens: int
     regime: Regime
+
+    @property
+    def bound(self) -> Literal["memory", "compute", "overhead"]:
+        """The roofline's coarser label: compute once GEMM time exceeds weight + KV streaming."""
+        if self.overhead_seconds > 0.5 * self.seconds:
+            return "overhead"
+        return "compute" if self.gemm_seconds > self.weight_seconds + self.kv_seconds else "memory"
 
 
 def softmax_p(a: float, b: float, p: float) -> float:
@@ -299,7 +316,7 @@ def load_step_cost(
                             num_devices, draft_context_len)
     return LoadStepCost(
         kind, draft_s, verify.seconds + overhead, plain.seconds, n_draft, num_verify_tokens, steps,
-        bound="compute" if verify.regime in ("knee", "compute") else "memory",
+        bound=verify.bound,
         regime=verify.regime, plain_regime=plain.regime, padded_tokens=verify.padded_tokens,
         spec_overhead_seconds=overhead, engine=curve.name, constants=curve.provenance,
     )
