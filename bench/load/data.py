@@ -181,7 +181,7 @@ def _point(row: dict[str, str], dataset: str) -> Point | str:
     curve = "; ".join(str(v) for v in (
         source, figure.group(1) if figure else "", row["model"].split("(")[0], kind,
         row["method"].split()[0] if kind == "target_layer" else "",  # EAGLE-1 vs EAGLE-3
-        f"draft {draft:.3g}" if draft else "", f"{devices}x{hardware}", dataset))
+        f"draft {draft:.3g}" if draft else "", f"{devices}x{hardware}", dataset) if v)
     # MagicDec's drafts all keep a StreamingLLM KV window (self-speculation and TinyLlama alike).
     streaming = source.startswith("MagicDec")
     return Point(
