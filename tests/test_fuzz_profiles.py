@@ -123,6 +123,13 @@ def test_estimate_on_the_same_numbers(profile: dict[str, Any], alpha: float, top
     _no_traceback(args, one_line=False)
 
 
+@pytest.mark.parametrize("params", ["inf", "1e300"])
+def test_estimate_refuses_models_larger_than_exist(params: str) -> None:
+    result = runner.invoke(app, ["estimate", "--strategy", "eagle3", "--alpha", "0.7", "--model-params", params,
+                                 "--hardware", "h100", "--format", "json"])
+    assert result.exit_code == 2 and "--model-params" in result.output  # once: NaN speedup, exit 0
+
+
 def test_the_known_crash_is_a_one_line_error(tmp_path: Path) -> None:
     profile = copy.deepcopy(BASE_PROFILE)
     profile["drafters"]["draft_model"]["params_b"] = 1e300  # once a ZeroDivisionError in recommend
