@@ -65,6 +65,7 @@ class EngineCurve:
     fixed_s: float  # per target forward: scheduling, sampling, host sync
     draft_fixed_s: float  # per draft forward
     launch_s_per_layer: float  # host time to issue one layer's kernels when not in a CUDA graph
+    layer_floor_s: float  # GPU time a decoder layer takes however little it reads (kernel latency)
     lookup_s_per_seq: float  # host-side n-gram lookup per sequence per step
     tp_efficiency: float  # bandwidth / FLOP/s kept per device under tensor parallelism
     allreduce_s: float  # latency of one allreduce (two per decoder layer under TP)
@@ -208,6 +209,9 @@ def forward(
     act_s = tokens * (model.vocab_size * LOGIT_BYTES + model.kv_bytes_per_token) / bandwidth
     gpu_s = (softmax_p(weight_s, gemm_s, curve.knee_p) + softmax_p(kv_s, attention_s, curve.knee_p)
              + act_s)
+    # A layer's kernels take some microseconds however little they read, so a deep small draft
+    # (Qwen3-0.6B: 28 layers) costs more than its bytes say; an 8B target's layers never notice.
+    gpu_s = max(gpu_s, model.num_layers * curve.layer_floor_s)
     if num_devices > 1:
         gpu_s += 2.0 * model.num_layers * curve.allreduce_s  # two allreduces per decoder layer
     launch_s = 0.0 if graphed else model.num_layers * curve.launch_s_per_layer

@@ -153,3 +153,20 @@ def test_published_bench_never_sees_sglang_and_meets_its_goal() -> None:
     median = sorted(abs(p.error) for p in held)[len(held) // 2]
     assert median <= GOAL
     assert all(math.isfinite(p.predicted) for p in held)
+
+
+def test_deep_small_draft_pays_a_per_layer_floor() -> None:
+    # arXiv:2601.11580 Fig. 4: a Qwen3-0.6B draft is ~47% of a Qwen3-8B step at batch 1, far more
+    # than its bytes (~7% of the target's) explain; a one-layer EAGLE head does not feel the floor.
+    small = ModelShape.from_params(0.6e9)
+    ft = forward(small, H100, 1, 1, 512, "vllm", role="draft")
+    assert ft.seconds - ft.overhead_seconds > 2.0 * ft.weight_seconds
+    assert ft.seconds > 0.15 * forward(ModelShape.from_params(8.19e9), H100, 1, 1, 512, "vllm").seconds
+
+
+def test_shipped_fixed_costs_are_what_their_calibration_solves() -> None:
+    from bench.load.checks import calibrate
+
+    curve = engine_curve("vllm")
+    for key, value in calibrate().items():
+        assert getattr(curve, key) == pytest.approx(value, rel=1e-3, abs=1e-9), key
