@@ -109,6 +109,20 @@ def engine_curve(
     """The curve of ``engine``: the file's ``default`` constants, its engine section on top, then
     ``overrides`` (numeric constants, recorded as ``label`` in the provenance; roofline calibration
     names such as ``flops_efficiency`` are accepted, see :data:`CALIBRATION_NAMES`)."""
+    if not overrides:
+        return _shipped_curve(engine, str(path))  # the scorer asks thousands of times per decision
+    return _build_curve(engine, overrides, path, label)
+
+
+@functools.lru_cache(maxsize=32)
+def _shipped_curve(engine: str, path: str) -> EngineCurve:
+    """The file's curve for ``engine``, built once (``_load`` caches the file itself)."""
+    return _build_curve(engine, None, Path(path), "")
+
+
+def _build_curve(
+    engine: str, overrides: Mapping[str, float] | None, path: Path, label: str
+) -> EngineCurve:
     data = _load(str(path))
     if engine not in data["engines"]:
         raise ValueError(f"unknown engine {engine!r}; known: {', '.join(sorted(data['engines']))}")

@@ -170,3 +170,10 @@ def test_shipped_fixed_costs_are_what_their_calibration_solves() -> None:
     curve = engine_curve("vllm")
     for key, value in calibrate().items():
         assert getattr(curve, key) == pytest.approx(value, rel=1e-3, abs=1e-9), key
+
+
+def test_shipped_knee_is_what_its_gemm_fit_gives() -> None:
+    from bench.load.knee import fit
+
+    err, _, _, p = fit()
+    assert p == engine_curve("vllm").knee_p and err < 0.03  # vLLM PR #49363, 9 GEMM timings

@@ -26,10 +26,19 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from collections.abc import Callable, Mapping
 
 from picker.hardware import get_hardware
-from policies.loadcurve import CONSTANTS_PATH, _load, engine_curve, forward, load_step_cost
+from policies.loadcurve import (
+    CONSTANTS_PATH,
+    LoadStepCost,
+    _load,
+    _shipped_curve,
+    engine_curve,
+    forward,
+    load_step_cost,
+)
 from policies.roofline import ModelShape
 
 CONTEXT = 500  # assumption (bench.load.data): ShareGPT-like mean cached context
@@ -41,7 +50,9 @@ SHARES: tuple[tuple[str, float, float | None, int, float], ...] = (
 )
 
 
-def _cost(kind: str, target: float, draft: float | None, batch: int, overrides: Mapping[str, float] | None):  # noqa: ANN202
+def _cost(
+    kind: str, target: float, draft: float | None, batch: int, overrides: Mapping[str, float] | None
+) -> LoadStepCost:
     return load_step_cost(
         kind, ModelShape.from_params(target), get_hardware("h100-sxm"), batch, 3, 4, CONTEXT,  # type: ignore[arg-type]
         engine_curve("vllm", overrides), ModelShape.from_params(draft) if draft else None)
@@ -111,7 +122,8 @@ _WHY = {
 }
 
 
-def write(theta: Mapping[str, float], path=CONSTANTS_PATH) -> None:  # noqa: ANN001
+def write(theta: Mapping[str, float], path: Path = CONSTANTS_PATH) -> None:
+    """Store the solved constants, each saying what it was solved from."""
     data = json.loads(path.read_text(encoding="utf-8"))
     for key, value in theta.items():
         data["default"][key] = {"value": float(f"{value:.4g}"), "kind": "fitted",
@@ -127,4 +139,5 @@ if __name__ == "__main__":
         print("solved: " + ", ".join(f"{k}={v:.4g}" for k, v in solved.items()))
         write(solved)
         _load.cache_clear()  # the table below reads the file just written
+        _shipped_curve.cache_clear()
     print(report(), end="")
