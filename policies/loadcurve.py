@@ -7,8 +7,9 @@ between 128 and 256 tokens on H100, vLLM PR #49363), graph engines pad to the ne
 (a staircase), the speculative path costs more as concurrency grows (vLLM issue #49548), and a
 draft costs per request, not per token. This module models each of those parts:
 
-    t = fixed + softmax_p(weight_stream, gemm) + softmax_p(kv_stream, attention) + activations
-        [+ allreduce latency under tensor parallelism]  (graph engines: GEMM tokens padded)
+    t = fixed + max(softmax_p(weight_stream, gemm) + softmax_p(kv_stream, attention) + activations,
+                    layers · per-layer floor) [+ allreduce latency under tensor parallelism]
+    (graph engines: GEMM tokens padded to the next captured size; beyond it, launches exposed)
 
 where ``softmax_p(a, b) = (a^p + b^p)^(1/p)`` is the smooth knee (p → ∞ is the roofline's max).
 Every constant comes from ``policies/data/loadcurve.json``, which says for each whether it was
@@ -225,13 +226,17 @@ def forward(
              + act_s)
     # A layer's kernels take some microseconds however little they read, so a deep small draft
     # (Qwen3-0.6B: 28 layers) costs more than its bytes say; an 8B target's layers never notice.
-    gpu_s = max(gpu_s, model.num_layers * curve.layer_floor_s)
+    floor_s = model.num_layers * curve.layer_floor_s
+    floored = floor_s > gpu_s
+    gpu_s = max(gpu_s, floor_s)
     if num_devices > 1:
         gpu_s += 2.0 * model.num_layers * curve.allreduce_s  # two allreduces per decoder layer
     launch_s = 0.0 if graphed else model.num_layers * curve.launch_s_per_layer
     fixed_s = curve.fixed_s if role == "target" else curve.draft_fixed_s
     seconds = max(gpu_s, launch_s) + fixed_s  # launches are asynchronous: hidden unless longer
-    regime = _regime(weight_s, gemm_s, kv_s + attention_s, launch_s + fixed_s, seconds, graphed, curve)
+    # A forward held up by the per-layer floor is latency-bound: counted as overhead for its regime.
+    overhead_s = launch_s + fixed_s + (floor_s if floored else 0.0)
+    regime = _regime(weight_s, gemm_s, kv_s + attention_s, overhead_s, seconds, graphed, curve)
     return ForwardTime(seconds, weight_s, gemm_s, kv_s, fixed_s + launch_s, padded, regime)
 
 
