@@ -115,6 +115,20 @@ def config_cost(caps: Capabilities, config: Config, ctx: CostContext, batch: int
     )
 
 
+def config_load_cost(caps: Capabilities, config: Config, ctx: CostContext, batch: int) -> StepCost:
+    """Seconds of one step of ``config`` at ``batch`` concurrent sequences on the load curve
+    (``policies.loadcurve``: GEMM knee, CUDA-graph padding, spec-path overhead growing with
+    concurrency). Same contract as :func:`config_cost`; the recommend scorer moves to it under load."""
+    from policies.loadcurve import load_step_cost  # lazy: keeps the JSON read off recommend's start-up
+
+    verify = config.num_draft_tokens
+    if caps.draft_cost == "in_forward":
+        verify = 1 + (LOOKAHEAD_WINDOW + LOOKAHEAD_GUESSES) * config.depth
+    return load_step_cost(
+        caps.draft_cost, ctx.target, ctx.hardware, batch, config.nodes, verify, ctx.context_len,
+        ctx.engine, ctx.draft, config.depth if config.is_tree else None, ctx.num_devices)
+
+
 def speedup(config: Config, alpha: float, cost: StepCost) -> float:
     """Predicted tokens/s against plain decoding."""
     return predict_speedup(expected_length(config, alpha), cost)

@@ -1,4 +1,9 @@
-"""Per-strategy step costs on top of the roofline, and the ``specpick estimate`` computation.
+"""Per-strategy step costs, and the ``specpick estimate`` computation.
+
+:func:`step_cost` prices a step on the roofline (``policies.roofline``; the recommend scorer's path
+until it moves over); :func:`estimate` prices it on the load curve (``policies.loadcurve``: smooth
+GEMM knee, CUDA-graph padding, speculative-path overhead growing with concurrency), which bench/load
+checks against the published batch curves.
 
 A speculative step = draft (cost set by the strategy's declared ``Capabilities.draft_cost``) +
 one target verify forward over N+1 tokens per sequence. Against plain decoding (one 1-token
@@ -12,8 +17,8 @@ with c = T_draft / (N · T_plain) (draft cost per proposed token) and v = T_veri
     >>> h100 = SimpleNamespace(memory_bandwidth_gbps=3350.0, bf16_tflops=989.0)
     >>> out = estimate("target_layer", model_params=8e9, hardware=h100, alpha=0.8,
     ...                num_draft_tokens=4)
-    >>> round(out["expected_tokens_per_verify"], 3), out["breakdown"]["bound"]
-    (3.362, 'memory')
+    >>> round(out["expected_tokens_per_verify"], 3), out["breakdown"]["bound"], out["regime"]
+    (3.362, 'memory', 'memory')
     >>> 2.0 < out["speedup"] < 3.0
     True
 """
@@ -220,9 +225,12 @@ class _Candidate:
 def _evaluate(
     kind: DraftCost, n: int, topk: int | None, alpha: float, ctx: dict[str, Any]
 ) -> _Candidate:
+    from policies.loadcurve import load_step_cost  # lazy: loadcurve imports this module
+
     layout = _layout(kind, n, topk, alpha)
-    cost = step_cost(kind, n_draft=layout.n_draft, num_verify_tokens=layout.num_verify_tokens,
-                     tree_depth=layout.depth, **ctx)
+    cost = load_step_cost(
+        kind, ctx["target"], ctx["hw"], ctx["batch"], layout.n_draft, layout.num_verify_tokens,
+        ctx["context_len"], ctx["curve"], ctx["draft"], layout.depth, ctx["num_devices"])
     length = layout.length_of_alpha(alpha)
     return _Candidate(layout, cost, length, predict_speedup(length, cost))
 
@@ -272,8 +280,11 @@ def estimate(
         draft = ModelShape.from_params(params, bytes_per_param)
         if draft_params is None:
             notes.append(f"no draft size given: assumed {DEFAULT_DRAFT_FRACTION:g} x target params")
+    from policies.loadcurve import engine_curve  # lazy: loadcurve imports this module
+
     ctx = {"target": target, "hw": hardware, "batch": batch_size, "context_len": context_len,
-           "engine": resolve_engine(engine, calibration), "draft": draft, "num_devices": num_devices}
+           "curve": engine_curve(engine, calibration, label="calibrated (calibration file)"),
+           "draft": draft, "num_devices": num_devices}
 
     alpha = _resolve_alpha(kind, alpha, mean_accepted_tokens, num_draft_tokens, tree_topk, notes)
     if num_draft_tokens is not None:
@@ -317,8 +328,11 @@ def _report(
 ) -> dict[str, Any]:
     from policies import theory  # lazy: keeps numpy out of `specpick recommend` start-up
 
+    from policies.loadcurve import LoadStepCost
+
     cost, layout = best.cost, best.layout
-    profile: EngineProfile = ctx["engine"]
+    assert isinstance(cost, LoadStepCost)
+    curve = ctx["curve"]
     # The α where E[L](α) = N·c + v at this configuration's step cost (for a tree, the tree is
     # re-optimised for each α while its draft depth stays that of the tree built for ``alpha``).
     break_even = theory.solve_alpha(layout.length_of_alpha, cost.step_ratio)
@@ -327,8 +341,13 @@ def _report(
         tree = {"topk": topk, "num_draft_tokens": layout.n_draft, "depth": layout.depth}
     return {
         "strategy_kind": kind,
-        "engine": profile.name,
-        "engine_status": profile.status,
+        "engine": curve.name,
+        "engine_status": "load curve (policies/loadcurve.py); constants from policies/data/loadcurve.json, "
+                         "each fitted (to what: curve_constants) or an assumption",
+        # What bounds the verify forward: memory | knee | compute | kv | overhead | eager (past the
+        # largest CUDA graph); plain_regime is the same for one plain decode step.
+        "regime": cost.regime,
+        "plain_regime": cost.plain_regime,
         "target_shape": ctx["target"].name,
         "draft_shape": ctx["draft"].name if ctx["draft"] is not None else None,
         "batch_size": ctx["batch"],
@@ -347,7 +366,10 @@ def _report(
             "verify_seconds": cost.verify_seconds,
             "draft_seconds": cost.draft_seconds,
             "plain_seconds": cost.plain_seconds,
+            "spec_overhead_seconds": cost.spec_overhead_seconds,  # included in verify_seconds
+            "padded_verify_tokens": cost.padded_tokens,
             "bound": cost.bound,
         },
+        "curve_constants": curve.describe(),
         "assumptions": notes,
     }

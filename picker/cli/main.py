@@ -114,7 +114,7 @@ def recommend(
 @user_errors
 def estimate(
     strategy: Annotated[EstimateStrategy, typer.Option(help="Strategy to cost.")],
-    model_params: Annotated[float, typer.Option(help="Target parameter count, e.g. 8e9.", min=1e6)],
+    model_params: Annotated[float, typer.Option(help="Target parameter count, e.g. 8e9.", min=1e6, max=1e13)],
     hardware: Annotated[str, typer.Option(help="Hardware catalog name, e.g. h100-sxm.")],
     alpha: Annotated[float | None, typer.Option(help="Per-token acceptance rate.", min=0.0, max=1.0)] = None,
     mean_accepted_tokens: Annotated[float | None, typer.Option(
@@ -122,7 +122,7 @@ def estimate(
     num_draft_tokens: Annotated[int | None, typer.Option(
         help="Tokens drafted per step (tree nodes for a tree); searched when omitted.", min=1, max=256)] = None,
     tree_topk: Annotated[int | None, typer.Option(help="Branching of a draft tree (>1 makes a tree).", min=1, max=64)] = None,
-    draft_params: Annotated[float | None, typer.Option(help="Draft model size for vanilla, e.g. 1e9.", min=1e5)] = None,
+    draft_params: Annotated[float | None, typer.Option(help="Draft model size for vanilla, e.g. 1e9.", min=1e5, max=1e13)] = None,
     engine: Annotated[EstimateEngine, typer.Option(help="Serving engine; hf = eager PyTorch.")] = EstimateEngine.sglang,
     batch_size: Annotated[int, typer.Option(min=1, max=65536)] = 1,
     context_len: Annotated[int, typer.Option(min=0, max=10_000_000)] = 1024,

@@ -11,6 +11,10 @@ def print_estimate(result: dict[str, Any]) -> None:
 
     table = Table(title=f"estimate: {result['strategy']}", show_header=False)
     for key, value in result.items():
+        if key == "curve_constants":  # one row per constant: value and where it comes from
+            for name, entry in value.items():
+                table.add_row(f"  {name}", f"{_fmt(entry['value'])}  ({entry['from']})")
+            continue
         if isinstance(value, dict):
             value = ", ".join(f"{k}={_fmt(v)}" for k, v in value.items())
         elif isinstance(value, list):

@@ -50,11 +50,24 @@ WEIGHT_TOLERANCE = 1e-6
 
 # Strict numbers: YAML already types scalars, so "4" (a string) or true (a bool) where a count is
 # expected is a mistake worth reporting rather than silently coercing.
-PosInt = Annotated[int, Field(strict=True, ge=1)]
-PosFloat = Annotated[float, Field(strict=True, gt=0)]
-NonNegFloat = Annotated[float, Field(strict=True, ge=0)]
+NonNegFloat = Annotated[float, Field(strict=True, ge=0, allow_inf_nan=False)]
 Weight = Annotated[float, Field(strict=True, ge=0, le=1)]
 Name = Annotated[str, Field(strict=True), StringConstraints(strip_whitespace=True, min_length=1)]
+# Physical ceilings: generous bounds no real deployment reaches, so a value off by orders of magnitude
+# is a one-line error instead of a number the cost model overflows on (a 1e300-billion-parameter
+# draft made `recommend` divide by a zero speedup).
+MAX_PARAMS_B = 10_000.0  # 10 trillion parameters; the largest published models have about 2 trillion
+MAX_DIM = 1 << 20  # layers, widths, heads, vocabulary: the largest real values are ~1e5 or less
+MAX_TOKENS = 10_000_000  # the longest published context windows
+MAX_BATCH = 65_536  # sequences decoded together by one engine (`specpick estimate --batch-size` max)
+MAX_DEVICES = 4_096
+MAX_MS = 86_400_000.0  # one day, for latency targets
+Params = Annotated[float, Field(strict=True, gt=0, le=MAX_PARAMS_B)]
+Dim = Annotated[int, Field(strict=True, ge=1, le=MAX_DIM)]
+Tokens = Annotated[int, Field(strict=True, ge=1, le=MAX_TOKENS)]
+TokensFloat = Annotated[float, Field(strict=True, gt=0, le=MAX_TOKENS)]
+Batch = Annotated[int, Field(strict=True, ge=1, le=MAX_BATCH)]
+Millis = Annotated[float, Field(strict=True, gt=0, le=MAX_MS)]
 
 
 class _Section(BaseModel):
@@ -134,17 +147,17 @@ class ModelSpec(_Section):
     hf_config: Name | None = Field(None, description=(
         "Path to the model's Hugging Face config.json, relative to this profile file. Shape fields "
         "missing here are read from it; fields given here win."))
-    params_b: PosFloat | None = Field(None, description=(
+    params_b: Params | None = Field(None, description=(
         "Parameter count in billions. Estimated from the shape when absent (needs intermediate_size)."))
-    num_layers: PosInt | None = Field(None, description="Decoder layers (num_hidden_layers).")
-    hidden_size: PosInt | None = Field(None, description="Hidden (model) dimension.")
-    num_attention_heads: PosInt | None = Field(None, description="Query heads per layer.")
-    num_kv_heads: PosInt | None = Field(None, description=(
+    num_layers: Dim | None = Field(None, description="Decoder layers (num_hidden_layers).")
+    hidden_size: Dim | None = Field(None, description="Hidden (model) dimension.")
+    num_attention_heads: Dim | None = Field(None, description="Query heads per layer.")
+    num_kv_heads: Dim | None = Field(None, description=(
         "Key/value heads per layer (grouped-query attention); defaults to num_attention_heads."))
-    head_dim: PosInt | None = Field(None, description=(
+    head_dim: Dim | None = Field(None, description=(
         "Per-head dimension; defaults to hidden_size / num_attention_heads."))
-    vocab_size: PosInt | None = Field(None, description="Vocabulary size (embedding and LM-head rows).")
-    intermediate_size: PosInt | None = Field(None, description="MLP inner dimension (to estimate params_b).")
+    vocab_size: Dim | None = Field(None, description="Vocabulary size (embedding and LM-head rows).")
+    intermediate_size: Dim | None = Field(None, description="MLP inner dimension (to estimate params_b).")
     tie_word_embeddings: StrictBool | None = Field(None, description=(
         "Whether the LM head shares the embedding matrix; used to estimate params_b (default false)."))
     dtype: Dtype = Field("bf16", description="Weight precision served: bf16, fp16, fp8, int8 or int4.")
@@ -204,7 +217,7 @@ class HardwareSpec(_Section):
 
     gpu: Name = Field(description="Accelerator, a catalog name: " + ", ".join(CATALOG) +
                       " (case-insensitive; aliases such as H100 or a100 accepted).")
-    count: PosInt = Field(1, description="Accelerators the model is sharded over (tensor parallel).")
+    count: Annotated[int, Field(strict=True, ge=1, le=MAX_DEVICES)] = Field(1, description="Accelerators the model is sharded over (tensor parallel).")
 
     @field_validator("gpu")
     @classmethod
@@ -241,15 +254,15 @@ class EngineSpec(_Section):
 class TokenPoint(_Section):
     """One point of a token-length distribution."""
 
-    value: PosInt = Field(description="Length in tokens.")
+    value: Tokens = Field(description="Length in tokens.")
     weight: Weight = Field(description="Share of requests with this length, in [0, 1].")
 
 
 class TokenLengths(_Section):
     """A length distribution: a mean (optionally with a p90), or weighted points."""
 
-    mean: PosFloat | None = Field(None, description="Mean length in tokens.")
-    p90: PosFloat | None = Field(None, description="90th-percentile length in tokens (>= mean).")
+    mean: TokensFloat | None = Field(None, description="Mean length in tokens.")
+    p90: TokensFloat | None = Field(None, description="90th-percentile length in tokens (>= mean).")
     points: tuple[TokenPoint, ...] | None = Field(None, min_length=1, description=(
         "Weighted lengths; weights sum to 1."))
 
@@ -279,9 +292,9 @@ class ConcurrencyBucket(_Section):
 
     model_config = ConfigDict(populate_by_name=True)
 
-    batch_size: PosInt | None = Field(None, description="A single batch size.")
-    min_batch: PosInt | None = Field(None, alias="min", description="Smallest batch size of the range.")
-    max_batch: PosInt | None = Field(None, alias="max", description="Largest batch size of the range.")
+    batch_size: Batch | None = Field(None, description="A single batch size.")
+    min_batch: Batch | None = Field(None, alias="min", description="Smallest batch size of the range.")
+    max_batch: Batch | None = Field(None, alias="max", description="Largest batch size of the range.")
     weight: Weight = Field(description="Share of decode steps in this bucket, in [0, 1].")
 
     @model_validator(mode="after")
@@ -359,9 +372,9 @@ class TrafficSpec(_Section):
 class SloSpec(_Section):
     """Latency targets; a recommendation that would break one is rejected. All optional."""
 
-    ttft_ms: PosFloat | None = Field(None, description="Time to first token target, milliseconds.")
-    itl_p50_ms: PosFloat | None = Field(None, description="Median inter-token latency target, ms.")
-    itl_p99_ms: PosFloat | None = Field(None, description="99th-percentile inter-token latency target, ms.")
+    ttft_ms: Millis | None = Field(None, description="Time to first token target, milliseconds.")
+    itl_p50_ms: Millis | None = Field(None, description="Median inter-token latency target, ms.")
+    itl_p99_ms: Millis | None = Field(None, description="99th-percentile inter-token latency target, ms.")
 
     @model_validator(mode="after")
     def _ordered(self) -> SloSpec:
@@ -375,7 +388,7 @@ class DraftModelSpec(_Section):
     """A smaller causal LM sharing the target's tokenizer (vanilla speculative decoding)."""
 
     name: Name = Field(description="Draft model name, e.g. meta-llama/Llama-3.2-1B-Instruct.")
-    params_b: PosFloat = Field(description="Draft parameter count in billions (its memory and cost).")
+    params_b: Params = Field(description="Draft parameter count in billions (its memory and cost).")
     path: Name | None = Field(None, description="Local path or hub id as the engine will load it.")
 
 
@@ -396,7 +409,7 @@ class HeadSpec(_Section):
 class MedusaHeadsSpec(HeadSpec):
     """Trained Medusa heads."""
 
-    num_heads: PosInt = Field(description="Number of Medusa heads (tokens proposed beyond the next one).")
+    num_heads: Annotated[int, Field(strict=True, ge=1, le=64)] = Field(description="Number of Medusa heads (tokens proposed beyond the next one).")
 
 
 class DraftersSpec(_Section):

@@ -254,7 +254,11 @@ class Scorer:
 def harmonic(weights_and_speedups: list[tuple[float, float]]) -> float:
     """Token-weighted workload speedup: total plain time over total speculative time."""
     total = sum(w for w, _ in weights_and_speedups)
-    return total / sum(w / s for w, s in weights_and_speedups) if total > 0 else 1.0
+    if total <= 0:
+        return 1.0
+    if any(s <= 0 for w, s in weights_and_speedups if w > 0):
+        return 0.0  # a bucket that never finishes makes the workload's speedup 0, not a division error
+    return total / sum(w / s for w, s in weights_and_speedups if w > 0)
 
 
 def representative_batch(low: int, high: int) -> int:
