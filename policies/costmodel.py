@@ -327,7 +327,6 @@ def _report(
     notes: list[str],
 ) -> dict[str, Any]:
     from policies import theory  # lazy: keeps numpy out of `specpick recommend` start-up
-
     from policies.loadcurve import LoadStepCost
 
     cost, layout = best.cost, best.layout

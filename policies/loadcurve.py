@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from picker.plugins import DraftCost
+from picker.engine.plugins import DraftCost
 from policies.costmodel import (
     CATCH_UP_FORWARDS,
     DEFAULT_DRAFT_FRACTION,

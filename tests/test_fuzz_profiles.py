@@ -25,7 +25,7 @@ from hypothesis import strategies as st  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
 from picker.cli.main import app  # noqa: E402
-from picker.workload import workload_json_schema  # noqa: E402
+from picker.inputs.workload import workload_json_schema  # noqa: E402
 from tests.bad_inputs import BASE_PROFILE  # noqa: E402
 
 runner = CliRunner()

@@ -26,10 +26,10 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
-from picker.hardware import get_hardware
+from picker.inputs.hardware import get_hardware
 from policies.loadcurve import (
     CONSTANTS_PATH,
     LoadStepCost,

@@ -16,7 +16,7 @@ import math
 
 from policies.loadcurve import softmax_p
 
-BANDWIDTH, FLOPS = 3.35e12, 989e12  # H100 SXM datasheet (picker.hardware)
+BANDWIDTH, FLOPS = 3.35e12, 989e12  # H100 SXM datasheet (picker.inputs.hardware)
 # (N, K) -> [(M tokens, microseconds)], vLLM PR #49363
 POINTS: dict[tuple[int, int], list[tuple[int, float]]] = {
     (12288, 5376): [(1, 46.0), (16, 45.4), (64, 46.3), (128, 48.0)],

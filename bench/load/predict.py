@@ -25,9 +25,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from bench.load.data import Point
-from picker.hardware import get_hardware
-from policies.loadcurve import EngineCurve, engine_curve, engine_defines, load_step_cost
+from picker.inputs.hardware import get_hardware
 from policies.costmodel import step_cost
+from policies.loadcurve import EngineCurve, engine_curve, engine_defines, load_step_cost
 from policies.roofline import ENGINES, ModelShape
 from policies.scalar import chain_length, solve_alpha
 

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from picker.recommend.contract import Recommendation
+from picker.recommend.scoring import Bucket, Option, Scorer
 
 from bench.regret.data import (
     PROFILE_DEPTH,
@@ -25,8 +27,6 @@ from bench.regret.data import (
 )
 from picker.engine.plugins import StrategyPlugin, load_strategies
 from picker.profiler.sweep import parse_tree_label
-from picker.recommend.contract import Recommendation
-from picker.recommend.scoring import Bucket, Option, Scorer
 from policies import analytic
 from policies.estimator import SpeedupEstimator
 from policies.features import FEATURES, base_speedup, feature_matrix, generation_steps

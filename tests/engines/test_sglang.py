@@ -19,9 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from picker.engine.plugins import load_strategies
-from picker.inputs.workload import load_profile
 from picker.recommend.engine_configs import (
     ENGINE_VERSIONS,
     SGLANG_ADAPTIVE_FILE,
@@ -31,6 +28,9 @@ from picker.recommend.engine_configs import (
     check_sglang_tree,
 )
 from picker.recommend.scoring import recommend
+
+from picker.engine.plugins import load_strategies
+from picker.inputs.workload import load_profile
 from policies.analytic import configs_for
 from tests.engines.support import ROOT, engine_python
 
