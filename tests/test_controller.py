@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from picker.inputs.workload import load_profile
-from picker.recommend.scoring import recommend
+from picker.recommend.pipeline import recommend
 from picker.sdk.controller import Controller, SpecConfig
 from picker.sdk.plan import ControllerPlan, cell_of, flat_step_ratio
 from policies import theory

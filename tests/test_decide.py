@@ -8,7 +8,7 @@ import yaml
 
 from picker.inputs.workload import load_profile
 from picker.recommend.decide import merge_schedule
-from picker.recommend.scoring import recommend
+from picker.recommend.pipeline import recommend
 
 ROOT = Path(__file__).resolve().parents[1]
 

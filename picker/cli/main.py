@@ -98,7 +98,7 @@ def recommend(
     from picker.inputs.measurements import load_measurements
     from picker.inputs.workload import load_profile
     from picker.recommend.render import render
-    from picker.recommend.scoring import recommend as build
+    from picker.recommend.pipeline import recommend as build
 
     prof = load_profile(profile)
     meas = load_measurements(measurements) if measurements is not None else None

@@ -30,7 +30,7 @@ from picker.recommend.engine_configs import (
     build_engine_configs,
     check_sglang_tree,
 )
-from picker.recommend.scoring import recommend
+from picker.recommend.pipeline import recommend
 from policies.analytic import configs_for
 from tests.engines.support import ROOT, engine_python
 

@@ -27,7 +27,7 @@ import pytest
 from picker.engine.plugins import load_strategies
 from picker.inputs.workload import load_profile
 from picker.recommend.engine_configs import ENGINE_VERSIONS, ScheduleEntry, build_engine_configs
-from picker.recommend.scoring import recommend
+from picker.recommend.pipeline import recommend
 from tests.engines.support import ROOT, engine_python
 
 pytestmark = pytest.mark.engines
