@@ -61,10 +61,15 @@ def temperature_switch(opt: Scored, bs: list[Bucket]) -> TemperatureSwitch:
     Scanned from the top, not from 0: the curve need not fall monotonically when its evidence
     differs by temperature (measured cells near the workload's temperatures, priors and the
     roofline elsewhere). A scan from 0 stopped at the first dip -- a prior-based 0.9x at T = 0 --
-    and switched speculation off above 0 for a T = 1 workload measured at 1.8x.
+    and switched speculation off above 0 for a T = 1 workload measured at 1.8x. A temperature with
+    no evidence (a plugin measured only near the workload's, with no published prior) never pays.
     """
-    paying = [t for t in TEMPERATURE_GRID if opt.speedup_at(bs, temperature=t) >= 1.0]
+    known = [t for t in TEMPERATURE_GRID if opt.scored_at(bs, temperature=t)]
+    paying = [t for t in known if opt.speedup_at(bs, temperature=t) >= 1.0]
     top = TEMPERATURE_GRID[-1]
+    if paying and paying[-1] == known[-1] != top:
+        return TemperatureSwitch(above=paying[-1], action="disable",
+                                 reason=f"nothing measured or published above temperature {paying[-1]:g}")
     if paying and paying[-1] == top:
         return TemperatureSwitch(above=None, action="none",
                                  reason=f"predicted speedup stays above 1.0x up to temperature {top:g}")

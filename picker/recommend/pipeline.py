@@ -68,7 +68,8 @@ def _grids(scorer: Scorer, rows: list[Scored], bs: Sequence[Bucket]) -> None:
     if not leaders or leaders[0].mean < NOT_WORTH_IT:
         return  # speculation stays off: the decision reads the workload's buckets only
     lead = leaders[0]
-    by_temperature = [b for t in TEMPERATURE_GRID for b in pinned(bs, temperature=t)]
+    by_temperature = [b for t in TEMPERATURE_GRID if scorer.has_evidence(lead.plugin, pinned(bs, temperature=t))
+                      for b in pinned(bs, temperature=t)]
     scorer.prime([lead.option], by_temperature)
     for b in by_temperature:
         scorer.bucket_speedup(lead.option, b)

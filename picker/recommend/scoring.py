@@ -73,9 +73,8 @@ class Scorer:
 
     def has_evidence(self, plugin: StrategyPlugin, bs: Sequence[Bucket]) -> bool:
         """Measured cells near every bucket, or a cited prior: without either it cannot be scored."""
-        if plugin.name in self.priors.data.strategies:
-            return True
-        return all(self._cells(plugin.name, b.task, b.temperature) for b in bs)
+        return plugin.name in self.priors.data.strategies or all(
+            self._cells(plugin.name, b.task, b.temperature) for b in bs)
 
     def _cells(self, name: str, task: str, temperature: float) -> list[Cell]:
         """Measured chain cells of one strategy × task at the nearest measured temperature."""

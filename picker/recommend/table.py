@@ -109,6 +109,10 @@ class Scored:
     def deployable(self) -> bool:
         return self.feasible and self.option.engine_supported
 
+    def scored_at(self, bs: Sequence[Bucket], batch: int | None = None, temperature: float | None = None) -> bool:
+        """Whether every pinned bucket was scored (a strategy without evidence there is not)."""
+        return all(b.key in self.speedups for b in pinned(bs, batch, temperature))
+
     def speedup_at(self, bs: Sequence[Bucket], batch: int | None = None, temperature: float | None = None,
                    which: int = 0) -> float:
         """Workload speedup with the batch and/or temperature pinned (weights kept); ``which``: 0 mean,
