@@ -39,7 +39,14 @@ _EXPORTS: dict[str, str] = {
     "gate_next": "online",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [  # every key of _EXPORTS (tests/test_recommend_pipeline.py checks they agree)
+    "Candidate", "Config", "CostContext", "CostEvidence", "Evidence", "JEFFREYS", "ModelShape",
+    "OnlineParams", "Policy", "SpeedupEstimator", "StepCost", "base_range", "base_speedup", "beta_quantile",
+    "beta_var", "break_even", "break_even_from_ratio", "chain", "chain_evidence", "chain_length",
+    "config_cost", "configs_for", "decayed_update", "eagle_layer_shape", "estimate", "evidence_from_cell",
+    "feature_matrix", "gate_next", "live_step_points", "load_policy", "load_priors", "medusa_heads_shape",
+    "solve_alpha", "speedup", "tree_length",
+]
 
 
 def __getattr__(name: str) -> Any:
@@ -56,12 +63,32 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # the same names, for type checkers
-    from policies.analytic import Config, CostContext, break_even, chain, config_cost, configs_for, speedup
+    from policies.analytic import (
+        Config,
+        CostContext,
+        break_even,
+        chain,
+        config_cost,
+        configs_for,
+        speedup,
+    )
     from policies.artifacts import Policy, load_policy
     from policies.cell_evidence import evidence_from_cell, live_step_points
-    from policies.costmodel import StepCost, eagle_layer_shape, estimate, medusa_heads_shape
+    from policies.costmodel import (
+        StepCost,
+        eagle_layer_shape,
+        estimate,
+        medusa_heads_shape,
+    )
     from policies.estimator import SpeedupEstimator
-    from policies.features import Candidate, CostEvidence, Evidence, base_range, base_speedup, feature_matrix
+    from policies.features import (
+        Candidate,
+        CostEvidence,
+        Evidence,
+        base_range,
+        base_speedup,
+        feature_matrix,
+    )
     from policies.online import (
         JEFFREYS,
         OnlineParams,

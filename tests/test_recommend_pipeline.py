@@ -86,6 +86,7 @@ def test_recommend_and_sdk_use_only_the_policies_surface() -> None:
             assert not module.startswith("policies."), f"{path.name} imports {module}"
             if module == "policies":
                 assert set(names) <= set(policies.__all__), f"{path.name}: {set(names) - set(policies.__all__)}"
+    assert sorted(policies._EXPORTS) == policies.__all__
     for name in policies.__all__:  # every public name resolves
         assert getattr(policies, name) is not None
 

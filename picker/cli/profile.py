@@ -25,7 +25,6 @@ import typer
 
 from picker.cli.common import user_errors
 from picker.errors import UserError
-
 from picker.profiler.options import (
     parse_artifacts,
     parse_draft_lengths,

@@ -27,8 +27,8 @@ def recommend(
     """Recommend a speculative-decoding setting for a workload, with engine configs and a rollout."""
     from picker.inputs.measurements import load_measurements
     from picker.inputs.workload import load_profile
-    from picker.recommend.render import render
     from picker.recommend.pipeline import recommend as build
+    from picker.recommend.render import render
 
     prof = load_profile(profile)
     meas = load_measurements(measurements) if measurements is not None else None

@@ -24,11 +24,9 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
     StrictBool,
-    StringConstraints,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -36,11 +34,15 @@ from pydantic import (
 )
 
 from picker.errors import UserError
-from picker.inputs.drafters import DraftersSpec, DraftModelSpec, HeadSpec, MedusaHeadsSpec
+from picker.inputs.drafters import DraftersSpec
 from picker.inputs.fields import Name, NonNegFloat, PosFloat, PosInt, Section, Weight
 from picker.inputs.hardware import CATALOG, Hardware, resolve_hardware_name
 from picker.inputs.yamlio import fail_at as _fail_at
-from picker.inputs.yamlio import load_json_mapping, load_yaml_mapping, user_error_from_validation
+from picker.inputs.yamlio import (
+    load_json_mapping,
+    load_yaml_mapping,
+    user_error_from_validation,
+)
 
 TaskType = Literal["chat", "code", "structured", "math", "summarization", "rag", "translation",
                    "creative"]

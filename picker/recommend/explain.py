@@ -68,8 +68,10 @@ def explain(scorer: Scorer, table: ScoredTable, top: int = TOP) -> list[dict[str
         scored = [([o.speedup_at(tb, which=i) for i in range(3)], o) for o in usable]
         scored.sort(key=lambda x: -x[0][0])
         # One row per strategy (its best configuration): the alternatives across drafter types.
-        seen: set[str] = set()
-        scored = [x for x in scored if not (x[1].plugin.name in seen or seen.add(x[1].plugin.name))]
+        best: dict[str, tuple[list[float], Scored]] = {}
+        for x in scored:
+            best.setdefault(x[1].plugin.name, x)
+        scored = list(best.values())
         rows.append({"task": task, "candidates": [
             {"strategy": o.plugin.name, "config": o.config.label, "predicted_speedup":
              {"mean": round(s[0], 3), "low": round(min(s), 3), "high": round(max(s), 3)},

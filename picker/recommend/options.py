@@ -89,7 +89,8 @@ def options_for(profile: WorkloadProfile, plugins: dict[str, StrategyPlugin], ta
         trees_ok = ENGINE_VERIFIES_TREES.get(profile.engine.name, False)
         for config in configs_for(caps, artifact_heads(caps, profile)):
             if config.is_tree and supported and not trees_ok:
-                out.append(Option(plugin, config, feasible, False, (*notes, f"{profile.engine.name} verifies chains only")))
+                chains_only = f"{profile.engine.name} verifies chains only"
+                out.append(Option(plugin, config, feasible, False, (*notes, chains_only)))
                 continue
             out.append(Option(plugin, config, feasible, supported, tuple(notes)))
     return out
