@@ -6,9 +6,8 @@ Scoring (``picker.recommend.scoring``) builds one immutable :class:`ScoredTable`
 
     >>> harmonic([(0.5, 2.0), (0.5, 1.0)])     # half the tokens twice as fast, half unchanged
     1.3333333333333333
-    >>> merge_points = pinned([Bucket("chat", 4, 0.7, 1.0)], batch=64)
-    >>> merge_points[0].batch, merge_points[0].temperature
-    (64, 0.7)
+    >>> [b.key for b in pinned([Bucket("chat", 4, 0.7, 1.0)], batch=64)]
+    [('chat', 64, 0.7)]
 
 Workload speedup is token-weighted: S = 1 / Σ_b w_b / S_b over (task × concurrency × temperature)
 buckets b, since the time to emit the workload's tokens is what the deployment saves.
