@@ -1,7 +1,7 @@
 """specpicker: measure speculative decoding, pick a strategy, emit deployable engine configs.
 
     >>> from picker.inputs.workload import load_profile                      # doctest: +SKIP
-    >>> from picker.recommend.scoring import recommend                        # doctest: +SKIP
+    >>> from picker.recommend.pipeline import recommend                        # doctest: +SKIP
     >>> rec = recommend(load_profile("profiles/chat-70b-h100.yaml"))  # doctest: +SKIP
     >>> rec.decision.strategy                                         # doctest: +SKIP
     'eagle3'

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from picker.recommend.scoring import recommend
 
 from picker.inputs.workload import load_profile
+from picker.recommend.pipeline import recommend
 from picker.sdk.controller import Controller, SpecConfig
 from picker.sdk.plan import ControllerPlan, cell_of, flat_step_ratio
 from policies import theory

@@ -13,11 +13,11 @@ from policies import theory
 from policies.costmodel import (
     DRAFT_COSTS,
     StepCost,
-    estimate,
     predict_speedup,
     step_cost,
     tree_for_alpha,
 )
+from policies.estimation import estimate
 from policies.roofline import ModelShape
 
 

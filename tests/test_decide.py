@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
-from picker.recommend.decide import merge_schedule
-from picker.recommend.scoring import recommend
 
 from picker.inputs.workload import load_profile
+from picker.recommend.decide import merge_schedule
+from picker.recommend.pipeline import recommend
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -270,11 +270,10 @@ def test_plain_url_must_not_speculate(tmp_path: Path) -> None:
 def test_recommend_uses_llamacpps_step_cost_from_a_plain_baseline(tmp_path: Path) -> None:
     """Measurements from ``--backend llamacpp`` count as the llama_cpp engine's own (backend and
     engine names differ): with a plain baseline the Scorer derives the step ratio from them."""
-    from picker.recommend.scoring import Scorer
-
     from picker.engine.plugins import load_strategies
     from picker.inputs.measurements import load_measurements
     from picker.inputs.workload import load_profile
+    from picker.recommend.scoring import Scorer
     from tests.engines.support import ROOT
 
     with LlamaDouble(RATES) as spec, LlamaDouble([], types="") as plain:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
+
+from picker.engine.plugins import load_strategies
 from picker.recommend.engine_configs import (
     ENGINE_VERSIONS,
     OPEN_BATCH,
@@ -19,8 +21,6 @@ from picker.recommend.engine_configs import (
     trt_schedule,
     vllm_schedule,
 )
-
-from picker.engine.plugins import load_strategies
 
 SCHEDULE = [ScheduleEntry(1, 8, 5), ScheduleEntry(9, 32, 3), ScheduleEntry(33, None, 0)]
 PLUGINS = load_strategies(only_builtin=True)

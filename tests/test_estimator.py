@@ -381,11 +381,10 @@ def test_live_cells_give_step_ratios_that_reproduce_their_speedup() -> None:
 
 
 def test_recommend_uses_live_step_ratios_when_the_engine_reports_no_timings(tmp_path) -> None:
-    from picker.recommend.scoring import Scorer
-
     from picker.engine.plugins import load_strategies
     from picker.inputs.measurements import Measurements
     from picker.inputs.workload import load_profile
+    from picker.recommend.scoring import Scorer
 
     profile = load_profile(Path(__file__).parents[1] / "profiles" / "chat-70b-h100.yaml")
     live = {"task": "chat", "strategy": "ngram", "temperature": 0.0, "alpha": 0.5, "alpha_ci": [0.4, 0.6],
@@ -403,11 +402,10 @@ def test_a_drafter_that_samples_chains_is_scored_as_the_chain_it_runs() -> None:
     """EAGLE-3's reference drafter declares sampled_tree=False: at T > 0 a tree configuration measured
     on the reference loop is scored as the sampled chain of the tree's depth; at T = 0, or for a
     strategy that keeps sampling trees (Medusa), it stays a tree."""
-    from picker.recommend.scoring import Bucket, Option, Scorer
-
     from picker.engine.plugins import load_strategies
     from picker.inputs.measurements import Measurements
     from picker.inputs.workload import load_profile
+    from picker.recommend.scoring import Bucket, Option, Scorer
 
     profile = load_profile(Path(__file__).parents[1] / "profiles" / "chat-70b-h100.yaml")
     plugins = load_strategies()

@@ -127,7 +127,7 @@ def test_overrides_map_calibration_names_and_reject_unknown() -> None:
 
 
 def test_estimate_falls_with_batch_on_the_issue_example() -> None:
-    from policies.costmodel import estimate
+    from policies.estimation import estimate
 
     runs = [estimate("target_layer", model_params=8.03e9, hardware=H100, alpha=0.7, num_draft_tokens=3,
                      engine="vllm", batch_size=b) for b in (1, 16, 64, 128)]

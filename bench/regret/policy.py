@@ -2,8 +2,9 @@
 
 Training rows come from *other* workloads: each grid cell of a training workload, with the evidence
 its own cheap profile gave (``data.profile_records``), labelled with the sweep's measured speedup.
-The held-out workload's decision is ``picker.recommend.scoring.recommend`` with the fitted estimator as
-``policy``, the held-out profile as ``measurements`` and the sweep's verify curve.
+The held-out workload's decision is ``picker.recommend.pipeline`` (``score_workload`` then ``decide``)
+with the fitted estimator as ``policy``, the held-out profile as ``measurements`` and the sweep's
+verify curve.
 """
 
 from __future__ import annotations
@@ -13,8 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from picker.recommend.contract import Recommendation
-from picker.recommend.scoring import Bucket, Option, Scorer
 
 from bench.regret.data import (
     PROFILE_DEPTH,
@@ -27,6 +26,12 @@ from bench.regret.data import (
 )
 from picker.engine.plugins import StrategyPlugin, load_strategies
 from picker.profiler.sweep import parse_tree_label
+from picker.recommend.contract import Recommendation
+from picker.recommend.decide import decide as decide_table
+from picker.recommend.options import options_for
+from picker.recommend.pipeline import score_workload
+from picker.recommend.scoring import Scorer
+from picker.recommend.table import Bucket, Option
 from policies import analytic
 from policies.estimator import SpeedupEstimator
 from policies.features import FEATURES, base_speedup, feature_matrix, generation_steps
@@ -71,13 +76,16 @@ def draft_kinds() -> dict[str, str]:
     return {name: p.capabilities.draft_cost for name, p in load_strategies().items()}
 
 
-def option(plugins: dict[str, StrategyPlugin], g: GridKey) -> Option:
+def option(plugins: dict[str, StrategyPlugin], g: GridKey, like: Option | None = None) -> Option:
+    """The grid cell as an option, feasible, or with the feasibility and notes of ``like``."""
     if g.tree:
         d, k, t = parse_tree_label(g.tree)
         config = analytic.Config(d, k, t)
     else:
         config = analytic.chain(g.n)
-    return Option(plugins[g.strategy], config, True, True)
+    if like is None:
+        return Option(plugins[g.strategy], config, True, True)
+    return Option(plugins[g.strategy], config, like.feasible, like.engine_supported, like.notes)
 
 
 def scorer(p: Prepared, data: SweepData, est: SpeedupEstimator | None) -> Scorer:
@@ -153,8 +161,6 @@ def grid_options(p: Prepared, sc: Scorer, strategies: set[str] | None = None) ->
     tokens, so grid trees such as (3,2,6) and (4,4,12) would be measured by the sweep but never
     offered to the policy -- the oracle would then range over a larger space than the policy.
     """
-    from picker.recommend.scoring import options_for
-
     plugins = load_strategies()
     known = options_for(p.profile, plugins, sc.ctx.target)  # type: ignore[arg-type]
     by_key = {grid_key(o): o for o in known}
@@ -164,11 +170,7 @@ def grid_options(p: Prepared, sc: Scorer, strategies: set[str] | None = None) ->
         if g.strategy == "plain" or (strategies is not None and g.strategy not in strategies):
             continue
         o = by_key.get(g)
-        if o is None:
-            like = by_plugin[g.strategy]
-            o = option(plugins, g)
-            o.feasible, o.engine_supported, o.notes = like.feasible, like.engine_supported, list(like.notes)
-        out.append(o)
+        out.append(o if o is not None else option(plugins, g, like=by_plugin[g.strategy]))
     return out
 
 
@@ -177,18 +179,12 @@ def decide(p: Prepared, data: SweepData, est: SpeedupEstimator | None,
     """The policy's choice at batch 1 and the workload's temperature, and its predicted speedup
     (among ``strategies`` only when given: e.g. those an engine serves).
 
-    This is ``picker.recommend.scoring.recommend`` step by step (scorer, buckets, options, scoring,
-    ``picker.recommend.decide.decide``) with one difference: the options are exactly those the sweep measured,
-    so the sweep's best is the oracle of the very space the policy chooses from.
+    This is ``picker.recommend.pipeline.recommend`` (``score_workload``, then ``decide``) with one
+    difference: the options are exactly those the sweep measured, so the sweep's best is the oracle
+    of the very space the policy chooses from.
     """
-    from picker.recommend.decide import decide as decide_all
-    from picker.recommend.scoring import buckets, score_all
-
     sc = scorer(p, data, est)
-    bs = buckets(p.profile)  # type: ignore[arg-type]
-    options = grid_options(p, sc, strategies)
-    score_all(sc, options, bs)
-    rec = decide_all(sc, options, bs)
+    rec = decide_table(score_workload(sc, grid_options(p, sc, strategies)))
     d = rec.decision
     k = next(r.num_speculative_tokens for r in d.batch_schedule if r.min_batch <= 1)
     sw = d.temperature_switch

@@ -62,9 +62,8 @@ def emitted(g: GridKey, draft: str) -> dict[str, Any] | None:
     """What specpick emits for vLLM for grid configuration ``g`` (None: plain decoding)."""
     if g.strategy == "plain":
         return None
-    from picker.recommend.engine_configs import ScheduleEntry, build_engine_configs
-
     from picker.engine.plugins import load_strategies
+    from picker.recommend.engine_configs import ScheduleEntry, build_engine_configs
 
     caps = load_strategies()[g.strategy].capabilities
     cfg = build_engine_configs(strategy=g.strategy, engines=caps.engines, num_speculative_tokens=g.n, tree=None,

@@ -21,7 +21,7 @@ from typing import Annotated, Any
 
 import typer
 
-from picker.cli.main import app, user_errors, write_output
+from picker.cli.common import user_errors, write_output
 from picker.errors import UserError
 
 
@@ -54,7 +54,6 @@ def parse_options(items: list[str]) -> dict[str, Any]:
     return out
 
 
-@app.command()
 @user_errors
 def generate(
     prompt: Annotated[str, typer.Option(help="Prompt text.")],

@@ -23,25 +23,17 @@ from typing import Annotated, Any
 
 import typer
 
-from picker.cli.main import app, user_errors  # noqa: E402
-from picker.errors import UserError  # noqa: E402
-
-# The shared helpers come first: `specpick sweep` imports them from here while main.py is loading.
-from picker.profiler.options import (  # noqa: F401  -- re-exported for picker.cli.sweep
+from picker.cli.common import user_errors
+from picker.errors import UserError
+from picker.profiler.options import (
     parse_artifacts,
     parse_concurrency,
     parse_draft_lengths,
     parse_list,
     parse_temperatures,
-)
-from picker.profiler.options import (
-    prompts_by_task as _prompts,
-)
-from picker.profiler.options import (
-    resolve_model as _resolve_model,
-)
-from picker.profiler.options import (
-    workload_defaults as _workload_defaults,
+    prompts_by_task,
+    resolve_model,
+    workload_defaults,
 )
 
 
@@ -64,7 +56,7 @@ def _source(backend: Backend, model: str | None, url: str | None, artifacts: dic
             raise UserError("--url is for live backends; the torch backend loads --model", field="--url")
         from picker.profiler.torch_source import TorchSource
 
-        target, found = _resolve_model(model or "zoo", artifacts)
+        target, found = resolve_model(model or "zoo", artifacts)
         return TorchSource(target, found, device=device, threads=threads)
     if url is None:
         raise UserError(f"--backend {backend.value} needs --url (the server's base URL)", field="--url")
@@ -84,7 +76,6 @@ def _source(backend: Backend, model: str | None, url: str | None, artifacts: dic
     return VLLMSource(url, client, concurrency, plain_url=plain_url)
 
 
-@app.command()
 @user_errors
 def profile(
     out: Annotated[Path, typer.Option(help="Run folder: records.jsonl, summary.json, run.json, alpha.png.")],
@@ -133,7 +124,7 @@ def profile(
 
     task_list, temps = _tasks_and_temperatures(tasks, temperatures, workload, prompts)
     lengths = parse_draft_lengths(num_draft_tokens)
-    by_task = _prompts(prompts, task_list, limit_per_task, category_map, seed)
+    by_task = prompts_by_task(prompts, task_list, limit_per_task, category_map, seed)
     default = ["ngram", "vanilla", "lookahead", "medusa", "eagle3"] if backend is Backend.torch else []
     chosen = parse_list(strategies, "--strategies") if strategies else default
     client = {"timeout": timeout, "retries": retries, "backoff": backoff}
@@ -165,7 +156,7 @@ def profile(
 def _tasks_and_temperatures(tasks: str | None, temperatures: str | None, workload: Path | None,
                             prompts: str) -> tuple[list[str] | None, list[float]]:
     """--tasks / --temperatures, else the workload profile's task mix and temperatures, else defaults."""
-    wl_tasks, wl_temps = _workload_defaults(workload)
+    wl_tasks, wl_temps = workload_defaults(workload)
     task_list = parse_list(tasks, "--tasks") if tasks else wl_tasks
     if not tasks and wl_tasks and prompts == "builtin":
         from picker.tasks import builtin_tasks

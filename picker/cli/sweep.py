@@ -15,16 +15,17 @@ from typing import Annotated
 
 import typer
 
-from picker.cli.main import app, user_errors
-from picker.cli.profile import (
-    _prompts,
-    _resolve_model,
-    _workload_defaults,
+from picker.cli.common import user_errors
+from picker.errors import UserError
+from picker.profiler.options import (
+    parse_artifacts,
     parse_draft_lengths,
     parse_list,
     parse_temperatures,
 )
-from picker.errors import UserError
+from picker.profiler.options import prompts_by_task as _prompts
+from picker.profiler.options import resolve_model as _resolve_model
+from picker.profiler.options import workload_defaults as _workload_defaults
 
 DEFAULT_STRATEGIES = "ngram,vanilla,lookahead,medusa,eagle3"
 
@@ -43,7 +44,6 @@ def parse_trees(text: str) -> list[tuple[int, int, int]]:
     return out
 
 
-@app.command()
 @user_errors
 def sweep(
     out: Annotated[Path, typer.Option(help="Run folder (records.jsonl, summary.json, verify_curve.jsonl, sweep.json).")],
@@ -67,7 +67,6 @@ def sweep(
     quiet: Annotated[bool, typer.Option(help="No progress output.")] = False,
 ) -> None:
     """Measure every grid point (strategy x N x tree x temperature) on the reference engine."""
-    from picker.cli.profile import parse_artifacts
     from picker.engine.plugins import load_strategies
     from picker.inputs.verify_curve import CURVE_NAME
     from picker.profiler.progress import RichProgress

@@ -47,6 +47,9 @@ class Capabilities:
     draft_cost: DraftCost = "draft_model"  # what one draft step costs, for the cost model
     # What the deployment must supply (the workload profile's `drafters` section), if anything.
     artifact: Artifact | None = None
+    # The artifact is a set of draft heads, one per drafted position (Medusa): a trained one holds
+    # this many unless the profile says (drafters.<artifact>.num_heads); drafts go no deeper.
+    artifact_heads: int | None = None
     # Engine name -> the engine's own name for this algorithm, or None where the engine has none.
     engines: dict[str, str | None] = field(default_factory=dict)
 

@@ -24,11 +24,9 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
     StrictBool,
-    StringConstraints,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -36,9 +34,27 @@ from pydantic import (
 )
 
 from picker.errors import UserError
+from picker.inputs.drafters import DraftersSpec
+from picker.inputs.fields import (
+    Batch,
+    Devices,
+    Dim,
+    Millis,
+    Name,
+    NonNegFloat,
+    Params,
+    Section,
+    Tokens,
+    TokensFloat,
+    Weight,
+)
 from picker.inputs.hardware import CATALOG, Hardware, resolve_hardware_name
 from picker.inputs.yamlio import fail_at as _fail_at
-from picker.inputs.yamlio import load_json_mapping, load_yaml_mapping, user_error_from_validation
+from picker.inputs.yamlio import (
+    load_json_mapping,
+    load_yaml_mapping,
+    user_error_from_validation,
+)
 
 TaskType = Literal["chat", "code", "structured", "math", "summarization", "rag", "translation",
                    "creative"]
@@ -47,34 +63,6 @@ Dtype = Literal["bf16", "fp16", "fp8", "int8", "int4"]
 BYTES_PER_PARAM: dict[str, float] = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
 EngineName = Literal["sglang", "vllm", "tensorrt_llm", "llama_cpp"]
 WEIGHT_TOLERANCE = 1e-6
-
-# Strict numbers: YAML already types scalars, so "4" (a string) or true (a bool) where a count is
-# expected is a mistake worth reporting rather than silently coercing.
-NonNegFloat = Annotated[float, Field(strict=True, ge=0, allow_inf_nan=False)]
-Weight = Annotated[float, Field(strict=True, ge=0, le=1)]
-Name = Annotated[str, Field(strict=True), StringConstraints(strip_whitespace=True, min_length=1)]
-# Physical ceilings: generous bounds no real deployment reaches, so a value off by orders of magnitude
-# is a one-line error instead of a number the cost model overflows on (a 1e300-billion-parameter
-# draft made `recommend` divide by a zero speedup).
-MAX_PARAMS_B = 10_000.0  # 10 trillion parameters; the largest published models have about 2 trillion
-MAX_DIM = 1 << 20  # layers, widths, heads, vocabulary: the largest real values are ~1e5 or less
-MAX_TOKENS = 10_000_000  # the longest published context windows
-MAX_BATCH = 65_536  # sequences decoded together by one engine (`specpick estimate --batch-size` max)
-MAX_DEVICES = 4_096
-MAX_MS = 86_400_000.0  # one day, for latency targets
-Params = Annotated[float, Field(strict=True, gt=0, le=MAX_PARAMS_B)]
-Dim = Annotated[int, Field(strict=True, ge=1, le=MAX_DIM)]
-Tokens = Annotated[int, Field(strict=True, ge=1, le=MAX_TOKENS)]
-TokensFloat = Annotated[float, Field(strict=True, gt=0, le=MAX_TOKENS)]
-Batch = Annotated[int, Field(strict=True, ge=1, le=MAX_BATCH)]
-Millis = Annotated[float, Field(strict=True, gt=0, le=MAX_MS)]
-
-
-class _Section(BaseModel):
-    """Base of every profile section: unknown keys are errors, loaded values are immutable."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
 
 def _check_weights(weights: list[float]) -> None:
     total = sum(weights)
@@ -140,7 +128,7 @@ def estimate_params(num_layers: int, hidden_size: int, num_attention_heads: int,
     return num_layers * per_layer + embed + hidden_size
 
 
-class ModelSpec(_Section):
+class ModelSpec(Section):
     """The target model: its shape, given here or read from a Hugging Face config.json."""
 
     name: Name = Field(description="Model name, for reports (e.g. meta-llama/Llama-3.1-8B-Instruct).")
@@ -212,12 +200,12 @@ class ModelSpec(_Section):
 
 # --------------------------------------------------------------------------- hardware, engine
 
-class HardwareSpec(_Section):
+class HardwareSpec(Section):
     """Where the model runs."""
 
     gpu: Name = Field(description="Accelerator, a catalog name: " + ", ".join(CATALOG) +
                       " (case-insensitive; aliases such as H100 or a100 accepted).")
-    count: Annotated[int, Field(strict=True, ge=1, le=MAX_DEVICES)] = Field(1, description="Accelerators the model is sharded over (tensor parallel).")
+    count: Devices = Field(1, description="Accelerators the model is sharded over (tensor parallel).")
 
     @field_validator("gpu")
     @classmethod
@@ -232,7 +220,7 @@ class HardwareSpec(_Section):
         return CATALOG[self.gpu]
 
 
-class EngineSpec(_Section):
+class EngineSpec(Section):
     """The serving engine whose configuration the recommendation is written for."""
 
     name: EngineName = Field(description="Serving engine: sglang, vllm, tensorrt_llm or llama_cpp.")
@@ -251,14 +239,14 @@ class EngineSpec(_Section):
 
 # --------------------------------------------------------------------------- traffic
 
-class TokenPoint(_Section):
+class TokenPoint(Section):
     """One point of a token-length distribution."""
 
     value: Tokens = Field(description="Length in tokens.")
     weight: Weight = Field(description="Share of requests with this length, in [0, 1].")
 
 
-class TokenLengths(_Section):
+class TokenLengths(Section):
     """A length distribution: a mean (optionally with a p90), or weighted points."""
 
     mean: TokensFloat | None = Field(None, description="Mean length in tokens.")
@@ -287,7 +275,7 @@ class TokenLengths(_Section):
         return sum(p.value * p.weight for p in self.points)
 
 
-class ConcurrencyBucket(_Section):
+class ConcurrencyBucket(Section):
     """A share of decode steps run at one batch size (batch_size) or a range of them (min, max)."""
 
     model_config = ConfigDict(populate_by_name=True)
@@ -316,7 +304,7 @@ class ConcurrencyBucket(_Section):
         return self.batch_size or self.max_batch or 1
 
 
-class TemperaturePoint(_Section):
+class TemperaturePoint(Section):
     """One sampling temperature and its share of requests."""
 
     value: Annotated[float, Field(strict=True, ge=0, le=2)] = Field(description=(
@@ -324,7 +312,7 @@ class TemperaturePoint(_Section):
     weight: Weight = Field(description="Share of requests at this temperature, in [0, 1].")
 
 
-class TrafficSpec(_Section):
+class TrafficSpec(Section):
     """What the requests look like."""
 
     task_mix: dict[TaskType, Weight] = Field(min_length=1, description=(
@@ -369,7 +357,7 @@ class TrafficSpec(_Section):
 
 # --------------------------------------------------------------------------- slo, drafters
 
-class SloSpec(_Section):
+class SloSpec(Section):
     """Latency targets; a recommendation that would break one is rejected. All optional."""
 
     ttft_ms: Millis | None = Field(None, description="Time to first token target, milliseconds.")
@@ -382,51 +370,6 @@ class SloSpec(_Section):
         if p50 is not None and p99 is not None and p99 < p50:
             _fail_at(("itl_p99_ms",), f"must be >= itl_p50_ms ({p50}) (got {p99})", p99)
         return self
-
-
-class DraftModelSpec(_Section):
-    """A smaller causal LM sharing the target's tokenizer (vanilla speculative decoding)."""
-
-    name: Name = Field(description="Draft model name, e.g. meta-llama/Llama-3.2-1B-Instruct.")
-    params_b: Params = Field(description="Draft parameter count in billions (its memory and cost).")
-    path: Name | None = Field(None, description="Local path or hub id as the engine will load it.")
-
-
-class HeadSpec(_Section):
-    """Trained speculation heads for the target, by name or path (at least one)."""
-
-    name: Name | None = Field(None, description=(
-        "Hub id of the heads, e.g. yuhuili/EAGLE3-LLaMA3.1-Instruct-8B."))
-    path: Name | None = Field(None, description="Local path as the engine will load it.")
-
-    @model_validator(mode="after")
-    def _named(self) -> HeadSpec:
-        if self.name is None and self.path is None:
-            raise ValueError("give name or path")
-        return self
-
-
-class MedusaHeadsSpec(HeadSpec):
-    """Trained Medusa heads."""
-
-    num_heads: Annotated[int, Field(strict=True, ge=1, le=64)] = Field(description="Number of Medusa heads (tokens proposed beyond the next one).")
-
-
-class DraftersSpec(_Section):
-    """What speculation can draw on. Omitted entries are not available."""
-
-    draft_model: DraftModelSpec | None = Field(None, description="A separate draft model, if one exists.")
-    eagle3_head: HeadSpec | None = Field(None, description="A trained EAGLE-3 head for the target.")
-    medusa_heads: MedusaHeadsSpec | None = Field(None, description="Trained Medusa heads for the target.")
-    training_budget_gpu_hours: NonNegFloat = Field(0.0, description=(
-        "GPU-hours you would spend training heads; > 0 makes EAGLE-3 and Medusa feasible without "
-        "existing heads (the recommendation then says they must be trained first)."))
-    allow_ngram: StrictBool = Field(True, description="Allow prompt-lookup (n-gram) drafting.")
-    allow_lookahead: StrictBool = Field(True, description="Allow lookahead (Jacobi-style) decoding.")
-
-    @property
-    def can_train_heads(self) -> bool:
-        return self.training_budget_gpu_hours > 0
 
 
 # --------------------------------------------------------------------------- the profile
@@ -455,7 +398,7 @@ class ResolvedModelShape:
                 "vocab_size": self.vocab_size, "bytes_per_param": self.bytes_per_param}
 
 
-class WorkloadProfile(_Section):
+class WorkloadProfile(Section):
     """A serving workload: model, hardware, engine, traffic, SLOs and available drafters."""
 
     name: Name = Field(description="Short identifier of this workload, for reports.")

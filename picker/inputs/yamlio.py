@@ -321,7 +321,7 @@ def _fields_at(root: type[BaseModel], loc: tuple[object, ...]) -> list[str]:
             return []
     tp = _unwrap(tp)
     if isinstance(tp, type) and issubclass(tp, BaseModel):
-        return [f.alias or n for n, f in tp.model_fields.items()]
+        return [f.alias or n for n, f in tp.model_fields.items() if not f.exclude]  # excluded: internal
     return []
 
 

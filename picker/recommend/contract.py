@@ -8,11 +8,23 @@ Every number that is predicted carries a range and says what it rests on (``evid
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-StrategyName = Literal["vanilla", "medusa", "eagle3", "lookahead", "ngram", "none"]
+NO_STRATEGY = "none"  # reserved (picker.engine.plugins.RESERVED_NAMES): speculation stays off
+
+
+def _registered(name: str) -> str:
+    """A strategy is data: any name the registry holds (built-in or third-party), or ``none``."""
+    from picker.engine.plugins import load_strategies
+
+    if name != NO_STRATEGY and name not in (known := load_strategies()):
+        raise ValueError(f"must be none or a registered strategy ({', '.join(sorted(known))}); got {name!r}")
+    return name
+
+
+StrategyName = Annotated[str, AfterValidator(_registered)]
 EvidenceSource = Literal["measured", "prior", "mixed"]
 
 

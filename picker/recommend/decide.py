@@ -1,5 +1,8 @@
-"""From scored options to the Recommendation: the deployed setting, its temperature switch and
+"""From the scored table to the Recommendation: the deployed setting, its temperature switch and
 batch schedule, per-task table, alternatives, engine configs, rollout and evidence.
+
+The decision reads a :class:`~picker.recommend.table.ScoredTable` (``picker.recommend.pipeline``
+builds it) and nothing else: every speedup, cost and α it needs was scored before it runs.
 
     >>> from picker.recommend.decide import merge_schedule
     >>> merge_schedule([(1, 4), (2, 4), (4, 3), (8, 0)])
@@ -21,10 +24,19 @@ from picker.recommend.contract import (
     TreeShape,
 )
 from picker.recommend.engine_configs import ScheduleEntry, build_engine_configs
-from picker.recommend.scoring import NOT_WORTH_IT, TEMPERATURE_GRID, Bucket, Option, Scorer, harmonic
-from policies import analytic
+from picker.recommend.table import (
+    BATCH_GRID,
+    NOT_WORTH_IT,
+    TEMPERATURE_GRID,
+    Bucket,
+    Scored,
+    ScoredTable,
+    family,
+    harmonic,
+    ranked,
+)
+from policies import break_even
 
-SCHEDULE_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 ALTERNATIVES = 8
 
 
@@ -43,36 +55,21 @@ def merge_schedule(points: list[tuple[int, int]]) -> list[tuple[int, int | None,
     return [tuple(r) for r in ranges]  # type: ignore[misc]
 
 
-def _family(options: list[Option], chosen: Option) -> list[Option]:
-    """Configurations a schedule may switch between: same strategy and branching, no deeper than the
-    deployed one (engines take the deployed length as the maximum: vLLM's num_speculative_tokens,
-    TensorRT-LLM's max_draft_len at the smallest schedule key)."""
-    return [o for o in options if o.plugin.name == chosen.plugin.name and o.config.topk == chosen.config.topk
-            and o.config.depth <= chosen.config.depth]
-
-
-def _speedup_at(scorer: Scorer, opt: Option, bs: list[Bucket], batch: int | None = None,
-                temperature: float | None = None, which: int = 0) -> float:
-    """Workload speedup of ``opt`` with the batch and/or temperature pinned (weights kept)."""
-    return harmonic([(b.weight, scorer.bucket_speedup(opt, b)[which]) for b in _pinned(bs, batch, temperature)])
-
-
-def _pinned(bs: list[Bucket], batch: int | None = None, temperature: float | None = None) -> list[Bucket]:
-    return [Bucket(b.task, batch or b.batch, b.temperature if temperature is None else temperature, b.weight)
-            for b in bs]
-
-
-def temperature_switch(scorer: Scorer, opt: Option, bs: list[Bucket]) -> TemperatureSwitch:
+def temperature_switch(opt: Scored, bs: list[Bucket]) -> TemperatureSwitch:
     """Speculation off above the highest temperature at which it still pays.
 
     Scanned from the top, not from 0: the curve need not fall monotonically when its evidence
     differs by temperature (measured cells near the workload's temperatures, priors and the
     roofline elsewhere). A scan from 0 stopped at the first dip -- a prior-based 0.9x at T = 0 --
-    and switched speculation off above 0 for a T = 1 workload measured at 1.8x.
+    and switched speculation off above 0 for a T = 1 workload measured at 1.8x. A temperature with
+    no evidence (a plugin measured only near the workload's, with no published prior) never pays.
     """
-    scorer.prime([opt], [b for t in TEMPERATURE_GRID for b in _pinned(bs, temperature=t)])
-    paying = [t for t in TEMPERATURE_GRID if _speedup_at(scorer, opt, bs, temperature=t) >= 1.0]
+    known = [t for t in TEMPERATURE_GRID if opt.scored_at(bs, temperature=t)]
+    paying = [t for t in known if opt.speedup_at(bs, temperature=t) >= 1.0]
     top = TEMPERATURE_GRID[-1]
+    if paying and paying[-1] == known[-1] != top:
+        return TemperatureSwitch(above=paying[-1], action="disable",
+                                 reason=f"nothing measured or published above temperature {paying[-1]:g}")
     if paying and paying[-1] == top:
         return TemperatureSwitch(above=None, action="none",
                                  reason=f"predicted speedup stays above 1.0x up to temperature {top:g}")
@@ -83,18 +80,17 @@ def temperature_switch(scorer: Scorer, opt: Option, bs: list[Bucket]) -> Tempera
                              reason=f"predicted speedup falls below 1.0x above temperature {paying[-1]:g}")
 
 
-def batch_schedule(scorer: Scorer, options: list[Option], chosen: Option, bs: list[Bucket],
+def batch_schedule(rows: tuple[Scored, ...], chosen: Scored, bs: list[Bucket],
                    switch: TemperatureSwitch) -> list[BatchRange]:
-    family = _family(options, chosen)
+    members = family(rows, chosen)
     kept = [b for b in bs if switch.above is None or b.temperature <= switch.above] or bs
     points, best_s = [], {}
     cap = chosen.config.depth
-    scorer.prime(family, [b for batch in SCHEDULE_BATCHES for b in _pinned(kept, batch=batch)])
-    for batch in SCHEDULE_BATCHES:
+    for batch in BATCH_GRID:
         # Never lengthen as the batch grows: verification only gets dearer with more tokens in flight.
-        allowed = [o for o in family if o.config.depth <= cap] or family
-        best = max(allowed, key=lambda o: _speedup_at(scorer, o, kept, batch=batch))
-        s = _speedup_at(scorer, best, kept, batch=batch)
+        allowed = [o for o in members if o.config.depth <= cap] or members
+        best = max(allowed, key=lambda o: o.speedup_at(kept, batch=batch))
+        s = best.speedup_at(kept, batch=batch)
         k = best.config.depth if s >= 1.0 else 0
         cap = max(k, 1) if k else cap
         points.append((batch, k))
@@ -106,18 +102,18 @@ def batch_schedule(scorer: Scorer, options: list[Option], chosen: Option, bs: li
             best_s[points[i][0]] = 1.0
     out = []
     for lo, hi, k in merge_schedule(points):
-        grid = [b for b in SCHEDULE_BATCHES if b >= lo and (hi is None or b <= hi)]
+        grid = [b for b in BATCH_GRID if b >= lo and (hi is None or b <= hi)]
         out.append(BatchRange(min_batch=lo, max_batch=hi, num_speculative_tokens=k,
                               predicted_speedup=round(best_s[grid[0]], 3),
                               predicted_speedup_at_max_batch=round(best_s[grid[-1]], 3)))
     return out
 
 
-def _policy_speedups(scorer: Scorer, options: list[Option], chosen: Option, bs: list[Bucket],
+def _policy_speedups(rows: tuple[Scored, ...], chosen: Scored, bs: list[Bucket],
                      switch: TemperatureSwitch, schedule: list[BatchRange]) -> SpeedupRange:
     """Workload speedup of the deployed policy: schedule by batch, off above the switch."""
-    family = {o.config.depth: o for o in _family(options, chosen) if o.config.topk == chosen.config.topk}
-    family[chosen.config.depth] = chosen
+    by_depth = {o.config.depth: o for o in family(rows, chosen) if o.config.topk == chosen.config.topk}
+    by_depth[chosen.config.depth] = chosen
     out = []
     for which in range(3):
         pairs = []
@@ -125,59 +121,60 @@ def _policy_speedups(scorer: Scorer, options: list[Option], chosen: Option, bs: 
             k = next(r.num_speculative_tokens for r in schedule
                      if r.min_batch <= b.batch and (r.max_batch is None or b.batch <= r.max_batch))
             off = k == 0 or (switch.above is not None and b.temperature > switch.above)
-            s = 1.0 if off else scorer.bucket_speedup(family.get(k, chosen), b)[which]
+            s = 1.0 if off else by_depth.get(k, chosen).speedups[b.key][which]
             pairs.append((b.weight, s))
         out.append(harmonic(pairs))
     return SpeedupRange(mean=round(out[0], 3), low=round(min(out), 3), high=round(max(out), 3))
 
 
-def _tree(opt: Option) -> TreeShape | None:
+def _tree(opt: Scored) -> TreeShape | None:
     c = opt.config
     return TreeShape(depth=c.depth, topk=c.topk, num_draft_tokens=c.num_draft_tokens) if c.is_tree else None
 
 
-def _candidate(scorer: Scorer, opt: Option, batch: int) -> Candidate:
+def _candidate(opt: Scored) -> Candidate:
     return Candidate(
         strategy=opt.plugin.name, num_speculative_tokens=opt.config.depth, tree=_tree(opt),
         predicted_speedup=SpeedupRange(mean=round(opt.mean, 3), low=round(opt.low, 3), high=round(opt.high, 3)),
-        break_even_alpha=round(analytic.break_even(opt.config, scorer.cost(opt, batch)), 3),
-        feasible=opt.feasible, engine_supported=opt.engine_supported, notes=opt.notes)
+        break_even_alpha=round(break_even(opt.config, opt.cost), 3),
+        feasible=opt.feasible, engine_supported=opt.option.engine_supported, notes=list(opt.notes))
 
 
-def per_task_rows(scorer: Scorer, options: list[Option], chosen: Option | None, bs: list[Bucket]) -> list[TaskRow]:
+def per_task_rows(table: ScoredTable, chosen: Scored | None) -> list[TaskRow]:
     rows = []
+    bs = table.buckets
     for task in dict.fromkeys(b.task for b in bs):
         tb = [b for b in bs if b.task == task]
         weight = sum(b.weight for b in tb)
-        usable = [o for o in options if o.deployable]
-        best = max(usable, key=lambda o: _speedup_at(scorer, o, tb)) if usable else None
+        usable = [o for o in table.rows if o.deployable]
+        best = max(usable, key=lambda o: o.speedup_at(tb)) if usable else None
         if best is None:
             continue
-        s = [_speedup_at(scorer, best, tb, which=i) for i in range(3)]
+        s = [best.speedup_at(tb, which=i) for i in range(3)]
         temps = [b.temperature for b in tb]
         t_mid = sorted(temps)[len(temps) // 2]
-        a = scorer.alpha(best.plugin, task, t_mid)
+        a = table.alpha(best.plugin.name, task, t_mid)
         rows.append(TaskRow(
             task=task, weight=round(weight, 4), strategy=best.plugin.name, alpha=round(a.mean, 3),
             alpha_range=(round(a.low, 3), round(a.high, 3)), evidence=a.source,  # type: ignore[arg-type]
             predicted_speedup=SpeedupRange(mean=round(s[0], 3), low=round(min(s), 3), high=round(max(s), 3)),
-            deployed_speedup=round(_speedup_at(scorer, chosen, tb), 3) if chosen else 1.0))
+            deployed_speedup=round(chosen.speedup_at(tb), 3) if chosen else 1.0))
     return rows
 
 
-def alternatives(scorer: Scorer, options: list[Option], batch: int) -> list[Candidate]:
+def alternatives(rows: tuple[Scored, ...]) -> list[Candidate]:
     """Each strategy's best deployable configuration, ranked; then better configurations this
     deployment cannot run (missing drafter, engine limits), each saying why."""
-    best: dict[tuple[str, bool], Option] = {}
-    for o in options:
+    best: dict[tuple[str, bool], Scored] = {}
+    for o in rows:
         key = (o.plugin.name, o.deployable)
         if key not in best or o.mean > best[key].mean:
             best[key] = o
     deployable = {name for name, ok in best if ok}
     shown = [o for (name, ok), o in best.items()
              if ok or name not in deployable or o.mean > best[(name, True)].mean]
-    ranked = sorted(shown, key=lambda o: (not o.deployable, -o.mean))
-    return [_candidate(scorer, o, batch) for o in ranked[:ALTERNATIVES]]
+    ordered = sorted(shown, key=lambda o: (not o.deployable, -o.mean))
+    return [_candidate(o) for o in ordered[:ALTERNATIVES]]
 
 
 def rollout(strategy: str, break_even: float, accept_length: float, itl_p99: float | None) -> list[RolloutStep]:
@@ -202,8 +199,8 @@ def rollout(strategy: str, break_even: float, accept_length: float, itl_p99: flo
     return [RolloutStep(step=i + 1, name=n, action=a, gate=g) for i, (n, a, g) in enumerate(steps)]
 
 
-def _engine_configs(scorer: Scorer, chosen: Option, schedule: list[BatchRange]) -> dict:
-    d = scorer.profile.drafters
+def _engine_configs(table: ScoredTable, chosen: Scored, schedule: list[BatchRange]) -> dict:
+    d = table.profile.drafters
     art = chosen.caps.artifact
     spec = getattr(d, art, None) if art else None
     path = None
@@ -216,9 +213,9 @@ def _engine_configs(scorer: Scorer, chosen: Option, schedule: list[BatchRange]) 
         tree=(c.depth, c.topk, c.num_draft_tokens), schedule=sched, draft_path=path)
 
 
-def _evidence(scorer: Scorer, options: list[Option], chosen: Option | None, bs: list[Bucket]) -> Evidence:
-    plugins = [chosen.plugin] if chosen else list({o.plugin.name: o.plugin for o in options}.values())
-    used = [scorer.alpha(p, b.task, b.temperature) for p in plugins for b in bs]
+def _evidence(table: ScoredTable, chosen: Scored | None) -> Evidence:
+    names = [chosen.plugin.name] if chosen else list(dict.fromkeys(o.plugin.name for o in table.rows))
+    used = [table.alpha(n, b.task, b.temperature) for n in names for b in table.buckets]
     sources = {a.source for a in used}
     source = "mixed" if len(sources) > 1 else (sources.pop() if sources else "prior")
     citations = sorted({c for a in used for c in a.citations})
@@ -231,65 +228,76 @@ def _evidence(scorer: Scorer, options: list[Option], chosen: Option | None, bs: 
     return Evidence(source=source, citations=citations, notes=notes)  # type: ignore[arg-type]
 
 
-def _typical_batch(bs: list[Bucket]) -> int:
-    weights: dict[int, float] = {}
-    for b in bs:
-        weights[b.batch] = weights.get(b.batch, 0.0) + b.weight
-    return max(weights, key=lambda k: weights[k])
+def _profile_warnings(table: ScoredTable) -> list[str]:
+    """What the decision could not weigh, and the profile's deprecated spellings."""
+    out = [f"{name} not scored: no measured acceptance here and no published prior; measure it "
+           f"(specpick profile --strategies {name}) and pass --measurements" for name in table.unscored]
+    old = table.profile.drafters.deprecated_fields()
+    if old:
+        off = [k.removeprefix("drafters.allow_") for k in old
+               if table.profile.drafters.disabled_by(k.removeprefix("drafters.allow_"))]
+        fix = (f"write drafters.disabled: [{', '.join(off)}] instead (the same decision)" if off else
+               "they disable nothing here: delete them (drafters.disabled lists strategies to leave out)")
+        out.append(f"{', '.join(old)} {'is' if len(old) == 1 else 'are'} deprecated: {fix}")
+    return out
 
 
-def decide(scorer: Scorer, options: list[Option], bs: list[Bucket], *, path: str = "") -> Recommendation:
-    profile = scorer.profile
-    usable = sorted((o for o in options if o.deployable), key=lambda o: (-o.mean, -o.low))
-    chosen = usable[0] if usable and usable[0].mean >= NOT_WORTH_IT else None
-    batch = _typical_batch(bs)
-    rationale, warnings = [], []
-    if chosen is None:
-        why = ("no strategy is deployable on this profile" if not usable else
-               f"the best option ({usable[0].plugin.name}, {usable[0].config.label}) predicts only "
-               f"{usable[0].mean:.2f}x")
-        rationale.append(f"Leave speculation off: {why}.")
-        decision = Decision(strategy="none", num_speculative_tokens=0, tree=None,
-                            temperature_switch=TemperatureSwitch(above=None, action="none", reason=why),
-                            batch_schedule=[BatchRange(min_batch=1, max_batch=None, num_speculative_tokens=0,
-                                                       predicted_speedup=1.0, predicted_speedup_at_max_batch=1.0)])
-        return Recommendation(
-            profile=path or profile.name, engine=profile.engine.name, decision=decision,
-            predicted_speedup=SpeedupRange(mean=1.0, low=1.0, high=1.0), break_even_alpha=1.0,
-            break_even_accept_length=1.0,
-            per_task=per_task_rows(scorer, options, None, bs), alternatives=alternatives(scorer, options, batch),
-            engine_configs={}, rollout=rollout("speculation", 1.0, 1.0, profile.slo.itl_p99_ms),
-            evidence=_evidence(scorer, options, None, bs), rationale=rationale, warnings=warnings)
+def _speculation_off(table: ScoredTable, usable: list[Scored], path: str) -> Recommendation:
+    """The recommendation when nothing is deployable or nothing pays enough."""
+    profile = table.profile
+    why = ("no strategy is deployable on this profile" if not usable else
+           f"the best option ({usable[0].plugin.name}, {usable[0].config.label}) predicts only "
+           f"{usable[0].mean:.2f}x")
+    decision = Decision(strategy="none", num_speculative_tokens=0, tree=None,
+                        temperature_switch=TemperatureSwitch(above=None, action="none", reason=why),
+                        batch_schedule=[BatchRange(min_batch=1, max_batch=None, num_speculative_tokens=0,
+                                                   predicted_speedup=1.0, predicted_speedup_at_max_batch=1.0)])
+    return Recommendation(
+        profile=path or profile.name, engine=profile.engine.name, decision=decision,
+        predicted_speedup=SpeedupRange(mean=1.0, low=1.0, high=1.0), break_even_alpha=1.0,
+        break_even_accept_length=1.0, per_task=per_task_rows(table, None), alternatives=alternatives(table.rows),
+        engine_configs={}, rollout=rollout("speculation", 1.0, 1.0, profile.slo.itl_p99_ms),
+        evidence=_evidence(table, None), rationale=[f"Leave speculation off: {why}."],
+        warnings=_profile_warnings(table))
 
-    switch = temperature_switch(scorer, chosen, bs)
-    schedule = batch_schedule(scorer, options, chosen, bs, switch)
+
+def decide(table: ScoredTable, *, path: str = "") -> Recommendation:
+    """Deploy the best deployable option if it pays, with its temperature switch and batch schedule."""
+    profile, bs = table.profile, list(table.buckets)
+    usable = ranked(table.rows)
+    if not usable or usable[0].mean < NOT_WORTH_IT:
+        return _speculation_off(table, usable, path)
+    chosen = usable[0]
+    switch = temperature_switch(chosen, bs)
+    schedule = batch_schedule(table.rows, chosen, bs, switch)
     k_max = max(r.num_speculative_tokens for r in schedule)
     if 0 < k_max < chosen.config.depth:
         # The schedule never uses the full depth: deploy the length it does use at small batches,
         # so the engine's maximum (vLLM num_speculative_tokens, TRT max_draft_len) matches it.
-        chosen = max(_family(options, chosen), key=lambda o: (o.config.depth == k_max, o.mean))
-        schedule = batch_schedule(scorer, options, chosen, bs, switch)
-    predicted = _policy_speedups(scorer, options, chosen, bs, switch, schedule)
-    be = analytic.break_even(chosen.config, scorer.cost(chosen, batch))
-    rationale += _rationale(scorer, chosen, usable, switch, schedule, batch, be)
-    warnings += [n for n in chosen.notes]
+        chosen = max(family(table.rows, chosen), key=lambda o: (o.config.depth == k_max, o.mean))
+        schedule = batch_schedule(table.rows, chosen, bs, switch)
+    predicted = _policy_speedups(table.rows, chosen, bs, switch, schedule)
+    be = break_even(chosen.config, chosen.cost)
+    warnings = list(chosen.notes)
     if not chosen.caps.engines.get(profile.engine.name):
         warnings.append(f"{profile.engine.name} cannot run {chosen.plugin.name}")
-    decision = Decision(strategy=chosen.plugin.name, num_speculative_tokens=chosen.config.depth,  # type: ignore[arg-type]
+    decision = Decision(strategy=chosen.plugin.name, num_speculative_tokens=chosen.config.depth,
                         tree=_tree(chosen), temperature_switch=switch, batch_schedule=schedule)
     return Recommendation(
         profile=path or profile.name, engine=profile.engine.name, decision=decision,
         predicted_speedup=predicted, break_even_alpha=round(be, 3),
-        break_even_accept_length=round(scorer.cost(chosen, batch).step_ratio, 3),
-        per_task=per_task_rows(scorer, options, chosen, bs), alternatives=alternatives(scorer, options, batch),
-        engine_configs=_engine_configs(scorer, chosen, schedule),
-        rollout=rollout(chosen.plugin.name, be, scorer.cost(chosen, batch).step_ratio, profile.slo.itl_p99_ms),
-        evidence=_evidence(scorer, options, chosen, bs), rationale=rationale, warnings=warnings)
+        break_even_accept_length=round(chosen.cost.step_ratio, 3),
+        per_task=per_task_rows(table, chosen), alternatives=alternatives(table.rows),
+        engine_configs=_engine_configs(table, chosen, schedule),
+        rollout=rollout(chosen.plugin.name, be, chosen.cost.step_ratio, profile.slo.itl_p99_ms),
+        evidence=_evidence(table, chosen),
+        rationale=_rationale(chosen, usable, switch, schedule, table.typical_batch, be),
+        warnings=warnings + _profile_warnings(table))
 
 
-def _rationale(scorer: Scorer, chosen: Option, usable: list[Option], switch: TemperatureSwitch,
+def _rationale(chosen: Scored, usable: list[Scored], switch: TemperatureSwitch,
                schedule: list[BatchRange], batch: int, be: float) -> list[str]:
-    cost = scorer.cost(chosen, batch)
+    cost = chosen.cost
     out = [
         f"{chosen.plugin.name} with {chosen.config.label} has the best token-weighted speedup over the "
         f"workload ({chosen.mean:.2f}x, range {chosen.low:.2f}-{chosen.high:.2f}x).",

@@ -14,14 +14,21 @@ FORMATS = ("md", "json", "yaml")
 
 
 def render(rec: Recommendation, fmt: str) -> str:
-    data = rec.model_dump(mode="json")
+    """``rec`` as markdown (a tuning guide), JSON or YAML."""
+    if fmt == "md":
+        return markdown(rec)
+    return render_data(rec.model_dump(mode="json"), fmt)
+
+
+def render_data(data: dict[str, Any], fmt: str) -> str:
+    """The one JSON/YAML writer of recommendation output (plain, or with ``explain`` added)."""
     if fmt == "json":
         return json.dumps(data, indent=2) + "\n"
     if fmt == "yaml":
         import yaml
 
         return yaml.safe_dump(data, sort_keys=False, width=100)
-    return markdown(rec)
+    raise ValueError(f"format must be one of {', '.join(FORMATS)}; got {fmt!r}")
 
 
 def _x(s: float) -> str:

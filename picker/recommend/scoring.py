@@ -1,86 +1,46 @@
-"""`specpick recommend`: score every feasible configuration against a workload and decide.
+"""Scoring: the speedup of every (option, bucket) pair, from measurements, priors and the cost model.
 
-The decision is one deployable setting (engines run one algorithm at a time), plus a temperature
-switch and a batch-size schedule; every predicted speedup carries a range from the α range.
+:class:`Scorer` turns evidence (measured cells where they exist, cited priors otherwise) and step
+costs (measured, or the roofline) into (mean, low, high) speedups; ``picker.recommend.pipeline``
+runs it over a workload into a :class:`~picker.recommend.table.ScoredTable`.
 
     >>> from picker.inputs.workload import load_profile
-    >>> rec = recommend(load_profile("profiles/code-assistant-8b-a100.yaml"))   # doctest: +SKIP
-    >>> rec.decision.strategy, rec.predicted_speedup.mean                        # doctest: +SKIP
-    ('eagle3', 2.4)
-
-Workload speedup is token-weighted: S = 1 / Σ_b w_b / S_b over (task × concurrency × temperature)
-buckets b, since the time to emit the workload's tokens is what the deployment saves.
+    >>> from picker.engine.plugins import load_strategies
+    >>> profile = load_profile("profiles/code-assistant-8b-a100.yaml")            # doctest: +SKIP
+    >>> sc = Scorer(profile, None)                                                # doctest: +SKIP
+    >>> sc.alpha(load_strategies()["ngram"], "code", 0.0).source                  # doctest: +SKIP
+    'prior'
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
-from picker.engine.plugins import Capabilities, StrategyPlugin, load_strategies
+from picker.engine.plugins import StrategyPlugin
 from picker.inputs.measurements import TEMPERATURE_MATCH, Cell, Measurements
 from picker.inputs.workload import WorkloadProfile
-from picker.recommend.engine_configs import ENGINE_VERIFIES_TREES
-from policies import analytic
-from policies.analytic import Config, CostContext
-from policies.cell_evidence import evidence_from_cell, live_step_points
-from policies.costmodel import eagle_layer_shape, medusa_heads_shape
-from policies.features import Candidate, CostEvidence, Evidence, base_range
-from policies.priors import load_priors
-from policies.roofline import ModelShape
+from picker.recommend.table import Alpha, Bucket, BucketKey, Option, Speedups
+from policies import (
+    Candidate,
+    CostContext,
+    CostEvidence,
+    Evidence,
+    ModelShape,
+    StepCost,
+    base_range,
+    config_cost,
+    evidence_from_cell,
+    live_step_points,
+    load_priors,
+    speedup,
+)
 
-NOT_WORTH_IT = 1.02  # below this predicted workload speedup, recommend leaving speculation off
-BATCH_GRID = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
-TEMPERATURE_GRID = tuple(round(0.1 * i, 1) for i in range(21))
 # `specpick profile --backend` names against workload engine names, where they differ.
 BACKEND_ENGINE = {"llamacpp": "llama_cpp"}
-DEFAULT_MEDUSA_HEADS = 4  # Medusa-1 ships 4-5 heads (Cai et al. 2024); used when heads are to be trained
 
-
-@dataclass(frozen=True)
-class Alpha:
-    """Per-token acceptance for one (strategy, task, temperature), with where it came from."""
-
-    mean: float
-    low: float
-    high: float
-    source: str  # "measured" | "prior"
-    citations: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Bucket:
-    task: str
-    batch: int
-    temperature: float
-    weight: float
-
-
-@dataclass
-class Option:
-    """A strategy with one configuration, scored over the workload."""
-
-    plugin: StrategyPlugin
-    config: Config
-    feasible: bool
-    engine_supported: bool
-    notes: list[str] = field(default_factory=list)
-    mean: float = 0.0
-    low: float = 0.0
-    high: float = 0.0
-    # Per-option memo tables: hashing (name, Config, ...) keys dominated the decision's run time.
-    costs: dict = field(default_factory=dict, repr=False)
-    speedups: dict = field(default_factory=dict, repr=False)
-
-    @property
-    def caps(self) -> Capabilities:
-        return self.plugin.capabilities
-
-    @property
-    def deployable(self) -> bool:
-        return self.feasible and self.engine_supported
+__all__ = ["Alpha", "BACKEND_ENGINE", "Bucket", "Option", "Scorer", "cost_context", "shape_of"]
 
 
 class Scorer:
@@ -107,6 +67,14 @@ class Scorer:
         self.measured_costs = engine == profile.engine.name if measured_costs is None else measured_costs
         self.verify_curve = tuple(verify_curve) if verify_curve else None
         self._evidence: dict[tuple[str, str, float, int], Evidence] = {}
+        # Memo tables per option (options hash by identity): the scorer's own, never the option's.
+        self._costs: dict[Option, dict[int, StepCost]] = {}
+        self._speedups: dict[Option, dict[BucketKey, Speedups]] = {}
+
+    def has_evidence(self, plugin: StrategyPlugin, bs: Sequence[Bucket]) -> bool:
+        """Measured cells near every bucket, or a cited prior: without either it cannot be scored."""
+        return plugin.name in self.priors.data.strategies or all(
+            self._cells(plugin.name, b.task, b.temperature) for b in bs)
 
     def _cells(self, name: str, task: str, temperature: float) -> list[Cell]:
         """Measured chain cells of one strategy × task at the nearest measured temperature."""
@@ -183,11 +151,17 @@ class Scorer:
         ev = self.evidence(plugin, task, temperature)
         return Alpha(ev.alpha, ev.alpha_low, ev.alpha_high, ev.source, ev.citations)
 
-    def cost(self, option: Option, batch: int):  # -> StepCost
-        cost = option.costs.get(batch)
+    def cost(self, option: Option, batch: int) -> StepCost:
+        """The roofline step cost of ``option`` at ``batch`` (cached)."""
+        costs = self._costs.setdefault(option, {})
+        cost = costs.get(batch)
         if cost is None:
-            cost = option.costs[batch] = analytic.config_cost(option.caps, option.config, self.ctx, batch)
+            cost = costs[batch] = config_cost(option.caps, option.config, self.ctx, batch)
         return cost
+
+    def speedups(self, option: Option) -> dict[BucketKey, Speedups]:
+        """A copy of every bucket speedup scored for ``option`` so far."""
+        return dict(self._speedups.get(option, {}))
 
     def candidate(self, option: Option, bucket: Bucket) -> Candidate:
         """The policy's row for ``option`` on ``bucket`` (``policies.features``)."""
@@ -209,22 +183,22 @@ class Scorer:
 
     def bucket_speedup(self, option: Option, bucket: Bucket) -> tuple[float, float, float]:
         """(mean, low, high) speedup of ``option`` on one bucket, from the α range."""
-        key = (bucket.task, bucket.batch, bucket.temperature)
-        out = option.speedups.get(key)
+        key = bucket.key
+        memo = self._speedups.setdefault(option, {})
+        out = memo.get(key)
         if out is None:
             if self.policy is not None:
                 self.prime([option], [bucket])
-                return option.speedups[key]
+                return memo[key]
             c = option.config
             ev = self.evidence(option.plugin, bucket.task, bucket.temperature, 0 if c.is_tree else c.depth)
             if ev.cost is None and not ev.per_position:  # α alone: the roofline cost model
                 cost = self.cost(option, bucket.batch)
-                out = (analytic.speedup(c, ev.alpha, cost), analytic.speedup(c, ev.alpha_low, cost),
-                       analytic.speedup(c, ev.alpha_high, cost))
+                out = (speedup(c, ev.alpha, cost), speedup(c, ev.alpha_low, cost), speedup(c, ev.alpha_high, cost))
             else:  # per-position acceptance and/or measured step costs
                 ratio = self.cost(option, bucket.batch).step_ratio if ev.cost is None else None
                 out = base_range(self.candidate(option, bucket), ratio)
-            option.speedups[key] = out
+            memo[key] = out
         return out
 
     def prime(self, options: Sequence[Option], bs: Sequence[Bucket]) -> None:
@@ -233,9 +207,9 @@ class Scorer:
         if self.policy is None:
             return
         # numpy + the estimator: only with a policy
-        from policies.features import feature_matrix
+        from policies import feature_matrix
 
-        todo = [(o, b) for o in options for b in bs if (b.task, b.batch, b.temperature) not in o.speedups]
+        todo = [(o, b) for o in options for b in bs if b.key not in self._speedups.setdefault(o, {})]
         if not todo:
             return
         cands = [self.candidate(o, b) for o, b in todo]
@@ -248,39 +222,10 @@ class Scorer:
         _, high = self.policy.predict_interval(feature_matrix(
             [replace(c, evidence=c.evidence.at(c.evidence.alpha_high)) for c in cands], ratios))
         for (o, b), m, lo, hi in zip(todo, mean, low, high):
-            o.speedups[(b.task, b.batch, b.temperature)] = (float(m), float(min(lo, m)), float(max(hi, m)))
+            self._speedups[o][b.key] = (float(m), float(min(lo, m)), float(max(hi, m)))
 
 
-def harmonic(weights_and_speedups: list[tuple[float, float]]) -> float:
-    """Token-weighted workload speedup: total plain time over total speculative time."""
-    total = sum(w for w, _ in weights_and_speedups)
-    if total <= 0:
-        return 1.0
-    if any(s <= 0 for w, s in weights_and_speedups if w > 0):
-        return 0.0  # a bucket that never finishes makes the workload's speedup 0, not a division error
-    return total / sum(w / s for w, s in weights_and_speedups if w > 0)
-
-
-def representative_batch(low: int, high: int) -> int:
-    """One batch size standing for a concurrency range (its geometric middle)."""
-    return max(1, round(math.sqrt(low * high)))
-
-
-def buckets(profile: WorkloadProfile) -> list[Bucket]:
-    t = profile.traffic
-    out = []
-    for task, wt in t.task_weights().items():
-        if wt <= 0:
-            continue
-        for c in t.concurrency:
-            for temp in t.temperature:
-                w = wt * c.weight * temp.weight
-                if w > 0:
-                    out.append(Bucket(task, representative_batch(c.low, c.high), temp.value, w))
-    return out
-
-
-def shape_of(resolved) -> ModelShape:  # ResolvedModelShape -> roofline ModelShape
+def shape_of(resolved: Any) -> ModelShape:  # ResolvedModelShape -> roofline ModelShape
     return ModelShape(**resolved.roofline_kwargs(), name=resolved.name)
 
 
@@ -294,92 +239,3 @@ def cost_context(profile: WorkloadProfile) -> CostContext:
     context = int(t.prompt_tokens.expected() + t.output_tokens.expected() / 2)
     return CostContext(target, profile.hardware.spec, profile.engine.name, context,
                        profile.hardware.count, draft)
-
-
-def artifact_memory_gib(caps: Capabilities, profile: WorkloadProfile, target: ModelShape) -> float:
-    """Memory per accelerator the strategy's artifact needs (weights only; drafts keep a small cache)."""
-    d = profile.drafters
-    if caps.artifact == "draft_model" and d.draft_model is not None:
-        size = d.draft_model.params_b * 1e9 * target.bytes_per_param
-    elif caps.artifact == "eagle3_head":
-        size = eagle_layer_shape(target).weight_bytes
-    elif caps.artifact == "medusa_heads":
-        heads = d.medusa_heads.num_heads if d.medusa_heads else DEFAULT_MEDUSA_HEADS
-        size = medusa_heads_shape(target, heads).weight_bytes
-    else:
-        return 0.0
-    return size / profile.hardware.count / 2**30
-
-
-def feasibility(plugin: StrategyPlugin, profile: WorkloadProfile, target: ModelShape) -> tuple[bool, list[str]]:
-    """Can this deployment run the strategy at all: artifact present (or trainable), memory, allowed."""
-    caps, d, notes = plugin.capabilities, profile.drafters, []
-    allowed = getattr(d, f"allow_{plugin.name}", True)  # the profile's own per-strategy switches
-    if not allowed:
-        return False, ["disabled in the profile (drafters.allow_" + plugin.name + ": false)"]
-    if caps.artifact is not None and getattr(d, caps.artifact) is None:
-        if caps.artifact == "draft_model" or not d.can_train_heads:
-            return False, [f"needs drafters.{caps.artifact}, which the profile does not provide"]
-        notes.append(f"needs {caps.artifact.replace('_', ' ')} trained first (training budget "
-                     f"{d.training_budget_gpu_hours:g} GPU-hours)")
-    need = artifact_memory_gib(caps, profile, target)
-    if need > profile.memory_headroom_gib:
-        return False, [f"needs {need:.1f} GiB per accelerator, headroom is {profile.memory_headroom_gib:g} GiB"]
-    return True, notes
-
-
-def options_for(profile: WorkloadProfile, plugins: dict[str, StrategyPlugin], target: ModelShape) -> list[Option]:
-    out = []
-    for plugin in plugins.values():
-        caps = plugin.capabilities
-        feasible, notes = feasibility(plugin, profile, target)
-        supported = caps.engines.get(profile.engine.name) is not None
-        if not supported:
-            notes = [*notes, f"{profile.engine.name} has no algorithm for it"]
-        max_depth = None
-        if caps.artifact == "medusa_heads":
-            heads = profile.drafters.medusa_heads
-            max_depth = heads.num_heads if heads else DEFAULT_MEDUSA_HEADS
-        trees_ok = ENGINE_VERIFIES_TREES.get(profile.engine.name, False)
-        for config in analytic.configs_for(caps, max_depth):
-            if config.is_tree and supported and not trees_ok:
-                out.append(Option(plugin, config, feasible, False,
-                                  [*notes, f"{profile.engine.name} verifies chains only"]))
-                continue
-            out.append(Option(plugin, config, feasible, supported, list(notes)))
-    return out
-
-
-def score_all(scorer: Scorer, options: list[Option], bs: list[Bucket]) -> None:
-    """Fill each option's workload speedup (mean, low, high), respecting the p99 ITL SLO."""
-    slo = scorer.profile.slo.itl_p99_ms
-    scorer.prime(options, bs)
-    for opt in options:
-        per = [(b.weight, scorer.bucket_speedup(opt, b)) for b in bs]
-        opt.mean = harmonic([(w, s[0]) for w, s in per])
-        opt.low = harmonic([(w, s[1]) for w, s in per])
-        opt.high = harmonic([(w, s[2]) for w, s in per])
-        if slo is not None:
-            # A step that accepts nothing emits one token: its whole time is one inter-token gap.
-            step_ms = 1e3 * max(scorer.cost(opt, b.batch).draft_seconds + scorer.cost(opt, b.batch).verify_seconds
-                                for b in bs)
-            if step_ms > slo and opt.feasible:
-                opt.feasible = False
-                opt.notes.append(f"a rejected step takes {step_ms:.0f} ms > p99 ITL SLO {slo:g} ms")
-
-
-def recommend(profile: WorkloadProfile, measurements: Measurements | None = None, *, path: str = "",
-              policy: Any = None, measured_costs: bool | None = None,
-              verify_curve: Sequence[tuple[float, float]] | None = None):
-    """Build the :class:`~picker.recommend.contract.Recommendation` for ``profile``.
-
-    ``policy`` is a fitted ``policies.estimator.SpeedupEstimator`` (``policies.artifacts``); without
-    one the analytic model scores every option. See :class:`Scorer` for ``measured_costs``.
-    """
-    from picker.recommend.decide import decide  # the decision and its rendering into the contract
-
-    scorer = Scorer(profile, measurements, policy, measured_costs=measured_costs, verify_curve=verify_curve)
-    bs = buckets(profile)
-    options = options_for(profile, load_strategies(), scorer.ctx.target)
-    score_all(scorer, options, bs)
-    return decide(scorer, options, bs, path=path)

@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from picker.sdk.plan import NUM_CELLS, ControllerPlan, TreeSpec, cell_of, plan_from_profile, plan_from_recommendation
-from policies.online import (
+from policies import (
     JEFFREYS,
     OnlineParams,
     beta_quantile,

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from policies.scalar import chain_length, solve_alpha, tree_length
+from policies import chain_length, solve_alpha, tree_length
 
 if TYPE_CHECKING:  # the Recommendation pulls pydantic; the profile path pulls the whole policy
     from picker.inputs.measurements import Measurements
@@ -178,25 +178,25 @@ def plan_from_recommendation(rec: Recommendation | dict[str, Any],
 
 def cost_table(profile: WorkloadProfile, strategy: str, n_max: int, tree: TreeSpec | None,
                measurements: Measurements | None = None) -> tuple[tuple[float, ...], ...]:
-    """R(n, cell) from the analytic cost model of ``strategy`` on ``profile`` (policies.analytic)."""
+    """R(n, cell) from the analytic cost model of ``strategy`` on ``profile`` (policies.config_cost)."""
     from picker.engine.plugins import load_strategies
-    from picker.recommend.scoring import Scorer
-    from policies import analytic
+    from picker.recommend.scoring import cost_context
+    from policies import Config, chain, config_cost
 
     caps = load_strategies()[strategy].capabilities
-    ctx = Scorer(profile, measurements).ctx
+    ctx = cost_context(profile)  # the scorer's own context; measurements do not change it
     rows = []
     for n in range(1, n_max + 1):
         t = tree.at_depth(n) if tree is not None else None
-        config = analytic.chain(n) if t is None else analytic.Config(t.depth, t.topk, t.num_draft_tokens)
-        rows.append(tuple(analytic.config_cost(caps, config, ctx, b).step_ratio for b in CELL_COST_BATCH))
+        config = chain(n) if t is None else Config(t.depth, t.topk, t.num_draft_tokens)
+        rows.append(tuple(config_cost(caps, config, ctx, b).step_ratio for b in CELL_COST_BATCH))
     return tuple(rows)
 
 
 def plan_from_profile(profile: WorkloadProfile, measurements: Measurements | None = None
                       ) -> tuple[Recommendation, ControllerPlan]:
     """Run ``recommend`` and build the plan with the cost model's R(n, batch) table."""
-    from picker.recommend.scoring import recommend
+    from picker.recommend.pipeline import recommend
 
     rec = recommend(profile, measurements)
     plan = plan_from_recommendation(rec)

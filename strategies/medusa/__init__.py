@@ -49,6 +49,7 @@ def train_heads(target: Any, data: DistillData, out_dir: Path, *, steps: int, se
 PLUGIN = StrategyPlugin(
     name="medusa",
     summary="Extra decoding heads on the target last hidden state propose a static token tree (Medusa, Cai 2024).",
-    capabilities=Capabilities(needs_hidden_states=True, trainable_heads=True, tree=True, artifact="medusa_heads", draft_cost="heads", engines={"sglang": None, "vllm": "medusa", "tensorrt_llm": "Medusa", "llama_cpp": None}),
+    # artifact_heads: heads a trained set holds when the profile does not say (Medusa-1 ships 4-5, Cai et al. 2024).
+    capabilities=Capabilities(needs_hidden_states=True, trainable_heads=True, tree=True, artifact="medusa_heads", artifact_heads=4, draft_cost="heads", engines={"sglang": None, "vllm": "medusa", "tensorrt_llm": "Medusa", "llama_cpp": None}),
     make_drafter=make_drafter,
 )

@@ -29,8 +29,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from picker.recommend.engine_configs import ScheduleEntry, build_engine_configs
-from picker.recommend.scoring import Scorer
 from typer.testing import CliRunner
 
 from picker.cli.main import app
@@ -38,6 +36,8 @@ from picker.engine.plugins import load_strategies
 from picker.inputs.measurements import load_measurements
 from picker.inputs.workload import load_profile
 from picker.profiler.run import records_of
+from picker.recommend.engine_configs import ScheduleEntry, build_engine_configs
+from picker.recommend.scoring import Scorer
 from tests.engines.support import ENGINES_DIR, ROOT
 
 pytestmark = pytest.mark.engines

@@ -19,6 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from picker.engine.plugins import load_strategies
+from picker.inputs.workload import load_profile
 from picker.recommend.engine_configs import (
     ENGINE_VERSIONS,
     SGLANG_ADAPTIVE_FILE,
@@ -27,10 +30,7 @@ from picker.recommend.engine_configs import (
     build_engine_configs,
     check_sglang_tree,
 )
-from picker.recommend.scoring import recommend
-
-from picker.engine.plugins import load_strategies
-from picker.inputs.workload import load_profile
+from picker.recommend.pipeline import recommend
 from policies.analytic import configs_for
 from tests.engines.support import ROOT, engine_python
 

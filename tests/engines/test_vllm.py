@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from picker.recommend.engine_configs import ENGINE_VERSIONS, ScheduleEntry, build_engine_configs
-from picker.recommend.scoring import recommend
 
 from picker.engine.plugins import load_strategies
 from picker.inputs.workload import load_profile
+from picker.recommend.engine_configs import ENGINE_VERSIONS, ScheduleEntry, build_engine_configs
+from picker.recommend.pipeline import recommend
 from tests.engines.support import ROOT, engine_python
 
 pytestmark = pytest.mark.engines

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from picker.recommend.scoring import Scorer
 from typer.testing import CliRunner
 
 from bench.regret.vllm import serving
@@ -23,6 +22,7 @@ from picker.engine.plugins import load_strategies
 from picker.inputs.measurements import load_measurements
 from picker.inputs.workload import load_profile
 from picker.profiler.run import records_of
+from picker.recommend.scoring import Scorer
 from tests.engines.support import ROOT, engine_python
 
 pytestmark = pytest.mark.engines

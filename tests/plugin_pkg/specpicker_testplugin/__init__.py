@@ -23,6 +23,7 @@ def make_drafter(*, target_backend: Any = None, artifact: Any = None, num_draft_
 PLUGIN = StrategyPlugin(
     name="repeat-last",
     summary="Test plugin: proposes the last token again, k times (deterministic).",
-    capabilities=Capabilities(deterministic_draft=True, draft_cost="cpu_lookup"),
+    # One engine mapping, as if vLLM served it under this name: lets tests recommend it end to end.
+    capabilities=Capabilities(deterministic_draft=True, draft_cost="cpu_lookup", engines={"vllm": "repeat_last"}),
     make_drafter=make_drafter,
 )

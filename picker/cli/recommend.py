@@ -1,0 +1,40 @@
+"""`specpick recommend`: a workload profile in, a speculative-decoding plan out.
+
+    $ specpick recommend profiles/chat-70b-h100.yaml --format json
+    $ specpick recommend PROFILE --measurements runs/zoo/summary.json --explain --plot explain.png
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from picker.cli.common import Fmt, user_errors, write_output
+
+
+@user_errors
+def recommend(
+    profile: Annotated[Path, typer.Argument(help="Workload profile YAML (see profiles/).")],
+    measurements: Annotated[Path | None, typer.Option(help="Profiler summary.json with measured acceptance.")] = None,
+    fmt: Annotated[Fmt, typer.Option("--format", help="Output format.")] = Fmt.md,
+    out: Annotated[Path | None, typer.Option(help="Write here instead of stdout.")] = None,
+    explain: Annotated[bool, typer.Option(help="Add the top candidates per task type with ranges and evidence.")] = False,
+    policy: Annotated[Path | None, typer.Option(help="Fitted policy artifact (JSON) for the learned correction.")] = None,
+    plot: Annotated[Path | None, typer.Option(help="Write a PNG of predicted speedup vs N and vs batch size.")] = None,
+) -> None:
+    """Recommend a speculative-decoding setting for a workload, with engine configs and a rollout."""
+    from picker.inputs.measurements import load_measurements
+    from picker.inputs.workload import load_profile
+    from picker.recommend.pipeline import recommend as build
+    from picker.recommend.render import render
+
+    prof = load_profile(profile)
+    meas = load_measurements(measurements) if measurements is not None else None
+    if explain or policy is not None or plot is not None:
+        from picker.recommend.explain import recommend_command
+
+        write_output(recommend_command(prof, meas, measurements, policy, explain, plot, fmt.value, str(profile)), out)
+        return
+    write_output(render(build(prof, meas, path=str(profile)), fmt.value), out)
