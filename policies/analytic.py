@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from picker.engine.plugins import Capabilities
-from policies.costmodel import LOOKAHEAD_GUESSES, LOOKAHEAD_WINDOW, StepCost, predict_speedup, step_cost
+from policies.costmodel import LOOKAHEAD_GUESSES, LOOKAHEAD_WINDOW, StepCost, predict_speedup
 from policies.roofline import HardwareLike, ModelShape
 from policies.scalar import chain_length, solve_alpha, tree_length
 
@@ -102,27 +102,16 @@ class CostContext:
 
 
 def config_cost(caps: Capabilities, config: Config, ctx: CostContext, batch: int) -> StepCost:
-    """Seconds of one step of ``config`` at ``batch`` concurrent sequences."""
-    verify = config.num_draft_tokens
-    if caps.draft_cost == "in_forward":
-        # Lookahead: the Jacobi window and the guessed n-grams ride in the verify forward.
-        verify = 1 + (LOOKAHEAD_WINDOW + LOOKAHEAD_GUESSES) * config.depth
-    return step_cost(
-        caps.draft_cost, ctx.target, ctx.hardware, batch,
-        n_draft=config.nodes, num_verify_tokens=verify, context_len=ctx.context_len,
-        engine=ctx.engine, draft=ctx.draft, tree_depth=config.depth if config.is_tree else None,
-        num_devices=ctx.num_devices,
-    )
-
-
-def config_load_cost(caps: Capabilities, config: Config, ctx: CostContext, batch: int) -> StepCost:
-    """Seconds of one step of ``config`` at ``batch`` concurrent sequences on the load curve
-    (``policies.loadcurve``: GEMM knee, CUDA-graph padding, spec-path overhead growing with
-    concurrency). Same contract as :func:`config_cost`; the recommend scorer moves to it under load."""
+    """Seconds of one step of ``config`` at ``batch`` concurrent sequences, on the load curve
+    (``policies.loadcurve``: a floor from weight and KV streaming, a smooth GEMM knee, CUDA-graph
+    padding, the speculative path's overhead growing with concurrency, draft cost by strategy).
+    The recommend scorer, the feature rows of the learned correction and the SDK plan all read it,
+    so the batch schedule, break-even α per batch range and the controller's switch share one curve."""
     from policies.loadcurve import load_step_cost  # lazy: keeps the JSON read off recommend's start-up
 
     verify = config.num_draft_tokens
     if caps.draft_cost == "in_forward":
+        # Lookahead: the Jacobi window and the guessed n-grams ride in the verify forward.
         verify = 1 + (LOOKAHEAD_WINDOW + LOOKAHEAD_GUESSES) * config.depth
     return load_step_cost(
         caps.draft_cost, ctx.target, ctx.hardware, batch, config.nodes, verify, ctx.context_len,

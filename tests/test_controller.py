@@ -103,7 +103,11 @@ def test_temperature_switch_and_batch_off() -> None:
 
 
 def test_from_recommendation_json_and_switch_from_the_contract() -> None:
-    rec = recommend(load_profile(PROFILES / "offline-batch.yaml")).model_dump(mode="json")
+    # A plan that speculates at batch 1 and is off from batch 129 (offline-batch used to be one; on
+    # the load curve its Medusa N=1 no longer pays and the plan leaves speculation off).
+    rec = recommend(load_profile(PROFILES / "chat-70b-h100.yaml")).model_dump(mode="json")
+    assert rec["decision"]["batch_schedule"][-1] == {**rec["decision"]["batch_schedule"][-1], "min_batch": 129,
+                                                     "num_speculative_tokens": 0}
     rec["decision"]["temperature_switch"] = {"above": 0.5, "action": "disable", "reason": "test"}
     ctl = Controller.from_recommendation(json.loads(json.dumps(rec)))
     assert ctl.choose(1, 0.4).reason == "speculate"

@@ -59,6 +59,9 @@ class BatchRange(_Model):
     num_speculative_tokens: int = Field(description="0 = speculation off in this range")
     predicted_speedup: float = Field(description="at min_batch")
     predicted_speedup_at_max_batch: float = Field(description="at max_batch (the largest batch examined if open)")
+    break_even_alpha: float | None = Field(None, description=(
+        "per-token alpha below which this range's setting is slower than plain decoding, at min_batch "
+        "(null where speculation is off)"))
 
 
 class Decision(_Model):
@@ -106,6 +109,23 @@ class Evidence(_Model):
     notes: list[str] = []
 
 
+# What every predicted speedup in a Recommendation averages over, stated once and carried in the
+# JSON (``speedup_scopes``), the markdown and ``--explain`` alike. Workload averages are token-
+# weighted (total plain time over total speculative time) over the profile's task mix, concurrency
+# ranges (each at its geometric-middle batch) and temperatures.
+SPEEDUP_SCOPES: dict[str, str] = {
+    "predicted_speedup": "the deployed policy over the whole workload: task mix x concurrency ranges x "
+                         "temperatures, token-weighted, with the batch schedule and the temperature switch applied",
+    "alternatives.predicted_speedup": "one configuration at full depth at every batch, over the same workload "
+                                      "(no schedule, no switch): the ranking the decision is made on",
+    "per_task.predicted_speedup": "the best configuration for that task's traffic alone (its concurrency ranges "
+                                  "and temperatures)",
+    "per_task.deployed_speedup": "the deployed policy on that task's traffic alone",
+    "decision.batch_schedule.predicted_speedup": "at that batch size, over the task mix and temperatures",
+    "typical_batch": "the batch size carrying the most traffic; the rationale's step cost is at this batch",
+}
+
+
 class Recommendation(_Model):
     profile: str
     engine: str
@@ -121,3 +141,5 @@ class Recommendation(_Model):
     evidence: Evidence
     rationale: list[str]
     warnings: list[str] = []
+    speedup_scopes: dict[str, str] = Field(default_factory=lambda: dict(SPEEDUP_SCOPES),
+                                           description="what each predicted speedup averages over")

@@ -84,7 +84,7 @@ def batch_schedule(rows: tuple[Scored, ...], chosen: Scored, bs: list[Bucket],
                    switch: TemperatureSwitch) -> list[BatchRange]:
     members = family(rows, chosen)
     kept = [b for b in bs if switch.above is None or b.temperature <= switch.above] or bs
-    points, best_s = [], {}
+    points, best_s, best_o = [], {}, {}
     cap = chosen.config.depth
     for batch in BATCH_GRID:
         # Never lengthen as the batch grows: verification only gets dearer with more tokens in flight.
@@ -95,6 +95,7 @@ def batch_schedule(rows: tuple[Scored, ...], chosen: Scored, bs: list[Bucket],
         cap = max(k, 1) if k else cap
         points.append((batch, k))
         best_s[batch] = s if k else 1.0
+        best_o[batch] = best
     # Once off, stay off: a schedule that turns speculation back on at a larger batch is noise.
     for i in range(1, len(points)):
         if points[i - 1][1] == 0:
@@ -103,17 +104,32 @@ def batch_schedule(rows: tuple[Scored, ...], chosen: Scored, bs: list[Bucket],
     out = []
     for lo, hi, k in merge_schedule(points):
         grid = [b for b in BATCH_GRID if b >= lo and (hi is None or b <= hi)]
+        opt = best_o[grid[0]]
+        cost = opt.costs_by_batch.get(grid[0])
+        be = round(break_even(opt.config, cost), 3) if k and cost is not None else None
         out.append(BatchRange(min_batch=lo, max_batch=hi, num_speculative_tokens=k,
                               predicted_speedup=round(best_s[grid[0]], 3),
-                              predicted_speedup_at_max_batch=round(best_s[grid[-1]], 3)))
+                              predicted_speedup_at_max_batch=round(best_s[grid[-1]], 3), break_even_alpha=be))
     return out
 
 
 def _policy_speedups(rows: tuple[Scored, ...], chosen: Scored, bs: list[Bucket],
                      switch: TemperatureSwitch, schedule: list[BatchRange]) -> SpeedupRange:
-    """Workload speedup of the deployed policy: schedule by batch, off above the switch."""
-    by_depth = {o.config.depth: o for o in family(rows, chosen) if o.config.topk == chosen.config.topk}
-    by_depth[chosen.config.depth] = chosen
+    """Workload speedup of the deployed policy: schedule by batch, off above the switch.
+
+    A batch range that drafts k tokens runs the chosen shape cut to depth k: the same top-k and, for
+    a tree, the node budget nearest the chosen one. (Keying the family by depth alone let the last
+    shape listed stand for each depth -- a 32-node tree for a 12-node one -- and the headline fell
+    far below the chosen configuration's own workload speedup.)
+    """
+    budget = chosen.config.num_draft_tokens
+    by_depth: dict[int, Scored] = {chosen.config.depth: chosen}
+    for o in family(rows, chosen):
+        if o.config.topk != chosen.config.topk or o.config.depth == chosen.config.depth:
+            continue
+        held = by_depth.get(o.config.depth)
+        if held is None or abs(o.config.num_draft_tokens - budget) < abs(held.config.num_draft_tokens - budget):
+            by_depth[o.config.depth] = o
     out = []
     for which in range(3):
         pairs = []
@@ -300,8 +316,9 @@ def _rationale(chosen: Scored, usable: list[Scored], switch: TemperatureSwitch,
     cost = chosen.cost
     out = [
         f"{chosen.plugin.name} with {chosen.config.label} has the best token-weighted speedup over the "
-        f"workload ({chosen.mean:.2f}x, range {chosen.low:.2f}-{chosen.high:.2f}x).",
-        f"At the typical batch of {batch}, one step costs {cost.step_ratio:.2f} plain forwards "
+        f"workload at full depth on every batch ({chosen.mean:.2f}x, range {chosen.low:.2f}-{chosen.high:.2f}x; "
+        f"the headline applies the batch schedule and the temperature switch).",
+        f"At the typical batch of {batch} (the batch size carrying the most traffic), one step costs {cost.step_ratio:.2f} plain forwards "
         f"(draft c={cost.cost_ratio:.3f} per token, verify {cost.verify_ratio:.2f}x, {cost.bound}-bound); "
         f"it pays while alpha >= {be:.2f}.",
     ]

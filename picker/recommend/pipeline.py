@@ -42,6 +42,7 @@ from picker.recommend.table import (
     ranked,
     typical_batch,
 )
+from policies import Config, StepCost
 
 
 def _workload_row(scorer: Scorer, opt: Option, bs: Sequence[Bucket], batch: int) -> Scored:
@@ -61,12 +62,13 @@ def _workload_row(scorer: Scorer, opt: Option, bs: Sequence[Bucket], batch: int)
                   MappingProxyType({}))
 
 
-def _grids(scorer: Scorer, rows: list[Scored], bs: Sequence[Bucket]) -> None:
+def _grids(scorer: Scorer, rows: list[Scored], bs: Sequence[Bucket]) -> dict[tuple[str, Config], dict[int, StepCost]]:
     """Score what the decision may read beyond the workload's buckets: the leader's temperature grid
-    (its switch) and its family's batch grid (the schedule, and a shorter deployed length)."""
+    (its switch) and its family's batch grid (the schedule, its break-even α per batch, and a shorter
+    deployed length). Returns the family's step costs on the batch grid."""
     leaders = ranked(rows)
     if not leaders or leaders[0].mean < NOT_WORTH_IT:
-        return  # speculation stays off: the decision reads the workload's buckets only
+        return {}  # speculation stays off: the decision reads the workload's buckets only
     lead = leaders[0]
     by_temperature = [b for t in TEMPERATURE_GRID if scorer.has_evidence(lead.plugin, pinned(bs, temperature=t))
                       for b in pinned(bs, temperature=t)]
@@ -79,6 +81,7 @@ def _grids(scorer: Scorer, rows: list[Scored], bs: Sequence[Bucket]) -> None:
     for o in members:
         for b in by_batch:
             scorer.bucket_speedup(o, b)
+    return {(o.plugin.name, o.config): {batch: scorer.cost(o, batch) for batch in BATCH_GRID} for o in members}
 
 
 def score_workload(scorer: Scorer, options: Sequence[Option] | None = None, *, path: str = "") -> ScoredTable:
@@ -96,10 +99,11 @@ def score_workload(scorer: Scorer, options: Sequence[Option] | None = None, *, p
     batch = typical_batch(bs)
     scorer.prime(kept, bs)
     rows = [_workload_row(scorer, o, bs, batch) for o in kept]
-    _grids(scorer, rows, bs)
+    costs = _grids(scorer, rows, bs)
     # Frozen copies of the scorer's memo: the table no longer changes when the scorer does.
     rows = [Scored(r.option, r.mean, r.low, r.high, r.feasible, r.notes, r.cost,
-                   MappingProxyType(scorer.speedups(r.option))) for r in rows]
+                   MappingProxyType(scorer.speedups(r.option)), MappingProxyType(costs.get((r.plugin.name, r.config), {})))
+            for r in rows]
     strategies = {o.plugin.name: o.plugin for o in kept}
     alphas: dict[tuple[str, str, float], Alpha] = {
         (name, b.task, b.temperature): scorer.alpha(p, b.task, b.temperature) for name, p in strategies.items()

@@ -68,7 +68,9 @@ def markdown(rec: Recommendation) -> str:
                  if d.tree else f"{d.num_speculative_tokens} draft tokens per step")
         out += [
             f"## Decision: enable `{d.strategy}` ({shape}) on {rec.engine}", "",
-            f"Expected speedup over plain decoding: **{_x(ps.mean)}** (range {_x(ps.low)}–{_x(ps.high)}), "
+            f"Expected speedup over plain decoding: **{_x(ps.mean)}** (range {_x(ps.low)}–{_x(ps.high)}; "
+            f"the deployed policy averaged over the profile's task mix, concurrency ranges and temperatures, "
+            f"token-weighted, with its batch schedule and temperature switch), "
             f"evidence: {rec.evidence.source}. Break-even: **α ≥ {rec.break_even_alpha:.2f}** per token, i.e. "
             f"**≥ {rec.break_even_accept_length:.2f} tokens per verify step** (bonus included).", "",
             "### Why", *[f"- {r}" for r in rec.rationale], "",
@@ -76,13 +78,15 @@ def markdown(rec: Recommendation) -> str:
         out += ["### When not to speculate", ""]
         sw = d.temperature_switch
         out.append(f"- Temperature: {'turn it off above T = ' + format(sw.above, 'g') if sw.above is not None else 'no switch needed'} ({sw.reason}).")
-        out += ["", "| batch size | draft tokens | predicted speedup |", "|---|---|---|"]
+        out += ["", "| batch size | draft tokens | predicted speedup at that batch (task mix, temperatures) "
+                    "| break-even α |", "|---|---|---|---|"]
         for r in d.batch_schedule:
             hi = "∞" if r.max_batch is None else str(r.max_batch)
             k = "off" if r.num_speculative_tokens == 0 else str(r.num_speculative_tokens)
             span = _x(r.predicted_speedup) if r.predicted_speedup == r.predicted_speedup_at_max_batch else \
                 f"{_x(r.predicted_speedup)} → {_x(r.predicted_speedup_at_max_batch)}"
-            out.append(f"| {r.min_batch}–{hi} | {k} | {span} |")
+            be = "—" if r.break_even_alpha is None else f"{r.break_even_alpha:.2f}"
+            out.append(f"| {r.min_batch}–{hi} | {k} | {span} | {be} |")
         out.append("")
     if rec.warnings:
         out += ["### Warnings", *[f"- {w}" for w in rec.warnings], ""]
@@ -92,7 +96,9 @@ def markdown(rec: Recommendation) -> str:
         rng = f"{t.alpha:.2f} ({t.alpha_range[0]:.2f}–{t.alpha_range[1]:.2f})" if t.alpha_range else "—"
         out.append(f"| {t.task} | {t.weight:.0%} | {t.strategy} | {rng} | {t.evidence} | "
                    f"{_x(t.predicted_speedup.mean)} | {_x(t.deployed_speedup)} |")
-    out += ["", "## Alternatives", "", "| strategy | setting | speedup (range) | break-even α | deployable | notes |",
+    out += ["", "## Alternatives", "", "Each configuration at full depth at every batch, over the whole workload "
+            "(no batch schedule, no temperature switch): the ranking the decision is made on.", "",
+            "| strategy | setting | speedup (range) | break-even α | deployable | notes |",
             "|---|---|---|---|---|---|"]
     for c in rec.alternatives:
         setting = (f"depth {c.tree.depth}, top-k {c.tree.topk}, {c.tree.num_draft_tokens} tokens" if c.tree

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from picker.engine.plugins import Capabilities, StrategyPlugin
@@ -91,6 +92,9 @@ class Scored:
     notes: tuple[str, ...]
     cost: StepCost
     speedups: Mapping[BucketKey, Speedups]
+    # Step costs on the batch grid, where the table was asked for them (the leader's family): the
+    # schedule's break-even α per batch range reads them.
+    costs_by_batch: Mapping[int, StepCost] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def plugin(self) -> StrategyPlugin:
