@@ -138,3 +138,11 @@ def test_a_hook_naming_something_not_callable_fails_when_resolved() -> None:
         resolve_hook("picker.engine.plugins:UNCAPPED_MAX_DRAFT", "bad")
     assert resolve_hook("picker.engine.tree_shapes:chain_choices", "ok") is chain_choices
     assert hook_name(chain_choices) == "picker.engine.tree_shapes:chain_choices"
+
+
+def test_every_field_of_the_contract_is_documented() -> None:
+    from dataclasses import fields
+
+    for cls in (StrategyPlugin, DraftOptions):
+        missing = [f.name for f in fields(cls) if f"``{f.name}" not in (cls.__doc__ or "")]  # ``x`` or ``x(...)``
+        assert not missing, f"{cls.__name__}: undocumented {missing}"

@@ -74,8 +74,9 @@ class DraftOptions:
     """Which of the factory's options set how much it drafts: declared, never read off its signature.
 
     The profiler and the sweep build a cell's drafter from these. A chain of N drafts passes
-    ``length = N + length_offset`` (1 where the option counts the root too, SGLang's convention, or
-    names an n-gram that proposes n - 1 tokens); a strategy that takes a tree as ``depth`` and
+    N + ``length_offset`` to the option ``length`` (offset 1 where the option counts the root too,
+    SGLang's convention, or names an n-gram that proposes n - 1 tokens), and the loop verifies at
+    most N nodes a step unless ``capped`` is False. A strategy that takes a tree as ``depth`` and
     ``topk`` runs a chain as a top-1 tree of depth N; one that takes Medusa ``choices`` runs it as
     each head's top guess. A tree (depth, topk, verified tokens incl. the root) passes depth, topk
     and ``length`` = tokens, or the ``choices`` of :func:`picker.engine.tree_shapes.medusa_choices`.
@@ -127,6 +128,8 @@ class DraftOptions:
 class StrategyPlugin:
     """One registered strategy: a name, its capabilities, and hooks named as ``"module:attr"``.
 
+    ``name`` is the entry point's name; ``summary`` one line for listings; ``capabilities`` what
+    the policy and the loop read. Hooks, each optional:
     ``make_drafter(*, target_backend, artifact=None, **options) -> Drafter`` builds the drafter
     (``picker.engine.drafting``); ``draft_options`` names the options that set its length or tree.
     ``train_heads(target, data, out_dir, *, steps, seed, on_step) -> dict`` trains its heads on
