@@ -18,7 +18,7 @@ import torch
 
 from picker.engine.drafting import SamplingParams
 from picker.engine.plugins import Capabilities
-from picker.zoo.heads import DistillData, HeadRecipe, make_distill_set
+from picker.engine.training import DistillData, make_distill_set
 
 VOCAB = 40
 
@@ -65,10 +65,9 @@ def toy_heads(train_heads: Callable[..., dict[str, Any]], tmp_path_factory: pyte
     """Toy target, its self-distillation data, heads trained on it and untrained ones (steps=0)."""
     target = toy_target()
     docs = toy_docs(40, 60, seed=1)
-    recipe = HeadRecipe(prompts=32, heldout_prompts=16, prompt_len=8, new_tokens=24)
     with torch.inference_mode(False):
-        data = DistillData(make_distill_set(target, docs[:30], 32, recipe, seed=0),
-                           make_distill_set(target, docs[30:], 16, recipe, seed=1))
+        data = DistillData(make_distill_set(target, docs[:30], 32, prompt_len=8, new_tokens=24, seed=0),
+                           make_distill_set(target, docs[30:], 16, prompt_len=8, new_tokens=24, seed=1))
     root = tmp_path_factory.mktemp(name)
     report = train_heads(target, data, root / "trained", steps=steps, seed=0, batch=batch)
     train_heads(target, data, root / "untrained", steps=0, seed=0)
@@ -110,7 +109,7 @@ def zoo_ci(prompts_per_domain: int = 3, length: int = 32) -> dict[str, Any]:
 
     from picker.zoo import build_zoo
     from picker.zoo.corpus import DOMAINS, build_corpus
-    from picker.zoo.heads import cut_prompts
+    from picker.engine.training import cut_prompts
     from picker.zoo.heads import train_heads as zoo_train_heads
     from picker.zoo.recipe import RECIPES
     from picker.zoo.tokenizer import encode_documents, load_tokenizer

@@ -129,11 +129,11 @@ def test_builtin_factories_build_through_the_registry(tmp_path: object) -> None:
     target = tiny_backend(12)
     model = tiny_llama(13)
     model.save_pretrained(tmp_path)
-    vanilla = plugins["vanilla"].make_drafter(target_backend=target, artifact=tmp_path, num_draft_tokens=2)
+    vanilla = plugins["vanilla"].drafter_factory()(target_backend=target, artifact=tmp_path, num_draft_tokens=2)
     assert vanilla.num_draft_tokens == 2
-    ngram = plugins["ngram"].make_drafter(target_backend=target, num_draft_tokens=7)
+    ngram = plugins["ngram"].drafter_factory()(target_backend=target, num_draft_tokens=7)
     assert ngram.num_draft_tokens == 7
-    look = plugins["lookahead"].make_drafter(target_backend=target, window=2, ngram=4, verify_set=1)
+    look = plugins["lookahead"].drafter_factory()(target_backend=target, window=2, ngram=4, verify_set=1)
     assert (look.W, look.N, look.G) == (2, 4, 1)
     out = generate(target, [0, 3, 4, 3, 4, 3], look, plugins["lookahead"].capabilities, max_new_tokens=8)
     assert len(out.tokens) == 8

@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from picker.engine.drafting import DraftContext, MissingArtifact, SamplingParams, StepOutcome
-from picker.zoo.heads import DistillData
-from strategies.eagle3 import PLUGIN, make_drafter
-from strategies.eagle3.drafter import Eagle3Drafter
+from picker.engine.training import DistillData
+from strategies.eagle3 import PLUGIN
+from strategies.eagle3.drafter import Eagle3Drafter, make_drafter
 from strategies.eagle3.model import Eagle3Head, causal_mask, default_feature_layers
 from strategies.eagle3.train import (
     FrozenTarget,

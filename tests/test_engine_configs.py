@@ -9,13 +9,13 @@ import json
 import pytest
 
 from picker.engine.plugins import load_strategies
+from picker.engine.tree_shapes import medusa_choices
 from picker.recommend.engine_configs import (
     ENGINE_VERSIONS,
     OPEN_BATCH,
     ScheduleEntry,
     build_engine_configs,
     check_sglang_tree,
-    default_medusa_choices,
     sglang_adaptive_config,
     sglang_args,
     trt_schedule,
@@ -158,7 +158,7 @@ def test_medusa_has_no_sglang_algorithm_and_offers_vllm_and_trt() -> None:
 
 
 def test_default_medusa_tree_is_connected_and_bounded() -> None:
-    tree = default_medusa_choices(depth=4, topk=3, nodes=20)
+    tree = medusa_choices(depth=4, topk=3, nodes=20)
     assert len(tree) == len({tuple(p) for p in tree}) == 20
     assert all(len(p) <= 4 and max(p) < 3 for p in tree)
     assert all(p[:-1] in tree for p in tree if len(p) > 1)  # every node's parent is in the tree

@@ -19,7 +19,8 @@ import torch
 from picker.engine.drafting import DraftContext, MissingArtifact, SamplingParams
 from picker.engine.tree import TokenTree
 from picker.zoo.heads import HeadRecipe
-from strategies.medusa import PLUGIN, make_drafter
+from strategies.medusa import PLUGIN
+from strategies.medusa.drafter import make_drafter
 from strategies.medusa.heads import DEFAULT_CHOICES, MedusaConfig, MedusaHeads, greedy_choices
 from strategies.medusa.train import (
     distill_loss,

@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 from picker.cli.main import app
 from picker.engine.plugins import Capabilities
 from picker.inputs.verify_curve import CurvePoint, ratio_curve, verify_ratio
-from picker.profiler.sweep import medusa_choices, parse_tree_label, sweep_cost, sweep_grid, tree_label
+from picker.engine.tree_shapes import medusa_choices
+from picker.profiler.sweep import parse_tree_label, sweep_cost, sweep_grid, tree_label
 
 runner = CliRunner()
 
@@ -33,7 +34,7 @@ def test_tree_labels_round_trip_and_reject_junk() -> None:
 
 
 def test_medusa_choices_form_a_prefix_closed_tree() -> None:
-    paths = medusa_choices(depth=3, topk=2, tokens=8)
+    paths = medusa_choices(depth=3, topk=2, nodes=7)  # the sweep's 3x2x8 tree: 8 tokens incl. the root
     assert len(paths) == 7 and max(len(p) for p in paths) <= 3
     assert all(p[:-1] in paths or len(p) == 1 for p in paths)   # every node's parent is in the tree
     assert all(max(p) < 2 for p in paths)                        # ranks below top-k

@@ -11,7 +11,7 @@ in for batch size on this batch-1 engine) and ``sweep.json`` (the grid and what 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -26,6 +26,9 @@ from picker.profiler.options import (
 from picker.profiler.options import prompts_by_task as _prompts
 from picker.profiler.options import resolve_model as _resolve_model
 from picker.profiler.options import workload_defaults as _workload_defaults
+
+if TYPE_CHECKING:
+    from picker.engine.plugins import StrategyPlugin
 
 DEFAULT_STRATEGIES = "ngram,vanilla,lookahead,medusa,eagle3"
 
@@ -86,7 +89,7 @@ def sweep(
     runnable = [s for s in chosen if plugins[s].capabilities.artifact is None or s in found]
     skipped = sorted(set(chosen) - set(runnable))
     grid = sweep_grid({s: plugins[s].capabilities for s in runnable}, parse_draft_lengths(chain_lengths),
-                      parse_trees(trees), _head_depths(runnable, found, plugins))
+                      parse_trees(trees), _artifact_depths(runnable, found, plugins))
     check_grid(grid)
     by_task = _prompts("builtin", task_list, prompts_per_task, "", seed)
     source = SweepSource(target, found, threads=threads, grid=grid)
@@ -119,16 +122,14 @@ def sweep(
         typer.echo(f"skipped (no artifact): {', '.join(skipped)}", err=True)
 
 
-def _head_depths(names: list[str], found: dict[str, Path], plugins: dict) -> dict[str, int]:
-    """Medusa-style heads draft no deeper than the number of heads the artifact holds."""
-    import json
+def _artifact_depths(names: list[str], found: dict[str, Path], plugins: dict[str, StrategyPlugin]) -> dict[str, int]:
+    """The deepest draft each strategy's artifact allows, where its plugin declares a hook that knows.
 
+    Medusa heads draft no deeper than the number of heads the folder holds.
+    """
     out = {}
     for name in names:
-        caps = plugins[name].capabilities
-        if caps.artifact == "medusa_heads" and name in found and (found[name] / "config.json").is_file():
-            cfg = json.loads((found[name] / "config.json").read_text())
-            heads = cfg.get("num_heads") or cfg.get("medusa_num_heads")
-            if heads:
-                out[name] = int(heads)
+        depth = plugins[name].max_depth(found[name]) if name in found else None
+        if depth:
+            out[name] = depth
     return out

@@ -10,12 +10,22 @@ A strategy registers a :class:`StrategyPlugin` under the entry-point group
     >>> sorted(load_strategies())[:2]        # doctest: +SKIP
     ['eagle3', 'lookahead']
 
-Code elsewhere branches on :class:`Capabilities`, never on a strategy's name.
+Code elsewhere branches on :class:`Capabilities`, never on a strategy's name. What is specific
+to one strategy is declared on its plugin: hooks named ``"module:attr"`` (the drafter factory, the
+head trainer, the depth an artifact allows), imported only when used, and :class:`DraftOptions`
+(which factory options set the draft length and the tree shape)::
+
+    >>> DraftOptions(length="ngram", length_offset=1, capped=False).chain(3)
+    ({'ngram': 4}, 64)
+    >>> DraftOptions(depth="depth", topk="topk", length_offset=1).tree(4, 2, 8)
+    {'depth': 4, 'topk': 2, 'num_draft_tokens': 8}
+
 Set ``SPECPICKER_PLUGINS=builtin`` to load only the project's own strategies (tests do).
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -54,15 +64,103 @@ class Capabilities:
     engines: dict[str, str | None] = field(default_factory=dict)
 
 
+# A hook is named as ``"module:attr"`` (imported on first use, so that `specpick recommend` never
+# pays for torch) or given as the callable itself (what plugins written before references did).
+Hook = str | Callable[..., Any]
+
+# The loop's own cap on drafted nodes per step (``picker.engine.loop.generate``'s ``max_draft``).
+UNCAPPED_MAX_DRAFT = 64
+
+
+@dataclass(frozen=True)
+class DraftOptions:
+    """Which of the factory's options set how much it drafts: declared, never read off its signature.
+
+    The profiler and the sweep build a cell's drafter from these. A chain of N drafts passes
+    N + ``length_offset`` to the option ``length`` (offset 1 where the option counts the root too,
+    SGLang's convention, or names an n-gram that proposes n - 1 tokens), and the loop verifies at
+    most N nodes a step unless ``capped`` is False. A strategy that takes a tree as ``depth`` and
+    ``topk`` runs a chain as a top-1 tree of depth N; one that takes Medusa ``choices`` runs it as
+    each head's top guess. A tree (depth, topk, verified tokens incl. the root) passes depth, topk
+    and ``length`` = tokens, or the ``choices`` of :func:`picker.engine.tree_shapes.medusa_choices`.
+    The defaults fit a chain drafter with ``num_draft_tokens``, so plugins that declare nothing
+    keep working.
+    """
+
+    length: str | None = "num_draft_tokens"
+    length_offset: int = 0
+    depth: str | None = None
+    topk: str | None = None
+    choices: str | None = None
+    # False: the strategy's whole verification set rides in the forward (lookahead's G guesses of
+    # n tokens each), so the loop keeps its own cap instead of N.
+    capped: bool = True
+
+    def chain(self, n: int) -> tuple[dict[str, Any], int]:
+        """(factory options, the loop's ``max_draft``) for a chain of ``n`` drafted tokens."""
+        from picker.engine.tree_shapes import chain_choices
+
+        options: dict[str, Any] = {}
+        if self.depth and self.topk:
+            options.update({self.depth: n, self.topk: 1})
+        elif self.choices:
+            options[self.choices] = chain_choices(n)
+        if self.length:
+            options[self.length] = n + self.length_offset
+        return options, n if self.capped else UNCAPPED_MAX_DRAFT
+
+    def tree(self, depth: int, topk: int, tokens: int) -> dict[str, Any] | None:
+        """Factory options for a tree of ``tokens`` verified tokens (root included); None: no tree option."""
+        from picker.engine.tree_shapes import medusa_choices
+
+        if self.depth and self.topk:
+            options: dict[str, Any] = {self.depth: depth, self.topk: topk}
+            if self.length:
+                options[self.length] = tokens - 1 + self.length_offset
+            return options
+        if self.choices:
+            return {self.choices: medusa_choices(depth, topk, tokens - 1)}
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"length": self.length, "length_offset": self.length_offset, "depth": self.depth,
+                "topk": self.topk, "choices": self.choices, "capped": self.capped}
+
+
 @dataclass(frozen=True)
 class StrategyPlugin:
-    """One registered strategy: a name, its capabilities and a lazy drafter factory."""
+    """One registered strategy: a name, its capabilities, and hooks named as ``"module:attr"``.
+
+    ``name`` is the entry point's name; ``summary`` one line for listings; ``capabilities`` what
+    the policy and the loop read. Hooks, each optional:
+    ``make_drafter(*, target_backend, artifact=None, **options) -> Drafter`` builds the drafter
+    (``picker.engine.drafting``); ``draft_options`` names the options that set its length or tree.
+    ``train_heads(target, data, out_dir, *, steps, seed, on_step) -> dict`` trains its heads on
+    :class:`picker.engine.training.DistillData` and saves them to ``out_dir`` (required where
+    ``capabilities.trainable_heads``). ``artifact_depth(folder) -> int | None`` says how deep a
+    draft the artifact in ``folder`` can make (Medusa: one head per depth); None: no limit known.
+    """
 
     name: str
     summary: str
     capabilities: Capabilities
-    # Imported lazily so that `specpick recommend` never pays for torch.
-    make_drafter: Callable[..., Any] | None = None
+    make_drafter: Hook | None = None
+    draft_options: DraftOptions = field(default_factory=DraftOptions)
+    train_heads: Hook | None = None
+    artifact_depth: Hook | None = None
+
+    def drafter_factory(self) -> Callable[..., Any] | None:
+        """The ``make_drafter`` callable (imported now), or None for a strategy with no local drafter."""
+        return resolve_hook(self.make_drafter, self.name)
+
+    def head_trainer(self) -> Callable[..., dict[str, Any]] | None:
+        """The ``train_heads`` callable (imported now), or None for a strategy without heads to train."""
+        return resolve_hook(self.train_heads, self.name)
+
+    def max_depth(self, artifact: Any) -> int | None:
+        """The deepest draft the artifact folder allows, or None (no hook, or nothing it can tell)."""
+        hook = resolve_hook(self.artifact_depth, self.name)
+        return None if hook is None else hook(artifact)
 
     def to_dict(self) -> dict[str, Any]:
         caps = self.capabilities
@@ -80,7 +178,32 @@ class StrategyPlugin:
                 "artifact": caps.artifact,
                 "engines": dict(caps.engines),
             },
+            "draft_options": self.draft_options.to_dict(),
+            "hooks": {"make_drafter": hook_name(self.make_drafter), "train_heads": hook_name(self.train_heads),
+                      "artifact_depth": hook_name(self.artifact_depth)},
         }
+
+
+def hook_name(hook: Hook | None) -> str | None:
+    """``"module:attr"`` for a hook, whether it is named or given as a callable."""
+    if hook is None or isinstance(hook, str):
+        return hook
+    return f"{hook.__module__}:{hook.__qualname__}"
+
+
+def resolve_hook(hook: Hook | None, plugin: str) -> Callable[..., Any] | None:
+    """Import a ``"module:attr"`` hook (attr may be dotted); a callable comes back as it is."""
+    if hook is None or callable(hook):
+        return hook
+    module, _, attr = hook.partition(":")
+    if not module or not attr:
+        raise PluginError(f"strategy {plugin!r}: hook {hook!r} is not 'module:attr'")
+    target: Any = importlib.import_module(module)
+    for part in attr.split("."):
+        target = getattr(target, part)  # a declared name, resolved like an entry point's
+    if not callable(target):
+        raise PluginError(f"strategy {plugin!r}: hook {hook!r} is not callable")
+    return target
 
 
 class PluginError(RuntimeError):
@@ -106,5 +229,19 @@ def load_strategies(only_builtin: bool | None = None) -> dict[str, StrategyPlugi
             raise PluginError(f"strategy name {plugin.name!r} is reserved")
         if plugin.name in found:
             raise PluginError(f"strategy {plugin.name!r} is registered twice")
+        check_plugin(plugin)
         found[plugin.name] = plugin
     return found
+
+
+def check_plugin(plugin: StrategyPlugin) -> None:
+    """Fail at discovery, not at first use, on a hook that cannot name anything or a missing trainer."""
+    hooks = {"make_drafter": plugin.make_drafter, "train_heads": plugin.train_heads,
+             "artifact_depth": plugin.artifact_depth}
+    for name, hook in hooks.items():
+        if isinstance(hook, str) and (hook.count(":") != 1 or not all(hook.partition(":")[::2])):
+            raise PluginError(f"strategy {plugin.name!r}: {name}={hook!r} is not 'module:attr'")
+        if hook is not None and not isinstance(hook, str) and not callable(hook):
+            raise PluginError(f"strategy {plugin.name!r}: {name} is neither 'module:attr' nor callable")
+    if not isinstance(plugin.draft_options, DraftOptions):
+        raise PluginError(f"strategy {plugin.name!r}: draft_options is not a DraftOptions")

@@ -66,12 +66,13 @@ def build_drafter(
     artifacts: Mapping[str, Path],
     options: Mapping[str, Any] | None = None,
 ) -> Drafter:
-    """``plugin.make_drafter(target_backend=..., artifact=..., **options)``, checked first.
+    """``make_drafter(target_backend=..., artifact=..., **options)`` of ``plugin``, checked first.
 
     The artifact is the one the plugin declares (``Capabilities.artifact``); a declared artifact
     that is missing raises :class:`picker.engine.drafting.MissingArtifact` naming what to supply.
     """
-    if plugin.make_drafter is None:
+    factory = plugin.drafter_factory()
+    if factory is None:
         raise UserError(f"{plugin.name} has no drafter to run locally", field="--strategy")
     kind = plugin.capabilities.artifact
     artifact = None
@@ -82,7 +83,7 @@ def build_drafter(
             raise MissingArtifact(f"{plugin.name} needs its {kind}{where}", field="--strategy")
     kwargs = {"target_backend": target, "artifact": artifact, **dict(options or {})}
     try:  # check the call first, so a TypeError raised inside the factory stays a bug
-        inspect.signature(plugin.make_drafter).bind(**kwargs)
+        inspect.signature(factory).bind(**kwargs)
     except TypeError as exc:
         raise UserError(f"{plugin.name}: {exc}", field="--set") from None
-    return plugin.make_drafter(**kwargs)
+    return factory(**kwargs)

@@ -27,7 +27,6 @@ total, from the records), next to the grid it covered.
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import time
@@ -36,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from picker.engine.plugins import Capabilities
+from picker.engine.runtime import build_drafter
 from picker.errors import UserError
 from picker.inputs.verify_curve import CURVE_NAME, CurvePoint, curve_medians, read_curve_lines
 from picker.profiler.records import CellKey
@@ -85,21 +85,6 @@ def sweep_grid(
     return out
 
 
-def medusa_choices(depth: int, topk: int, tokens: int, alpha: float = 0.7) -> list[list[int]]:
-    """Rank paths (Medusa's ``choices``) of the best ``tokens - 1`` node tree of this depth and top-k
-    under the sibling model α(1−α)^(i−1) (``policies.theory.best_tree``)."""
-    from policies import theory
-
-    parents, _ = theory.best_tree(theory.sibling_acceptance(alpha, topk), tokens - 1, max_depth=depth)
-    paths: list[list[int]] = []
-    seen: dict[int, int] = {}  # children counted so far per parent: a child's rank is its order
-    for parent in parents:
-        rank = seen.get(parent, 0)
-        seen[parent] = rank + 1
-        paths.append([*(paths[parent] if parent >= 0 else []), rank])
-    return paths
-
-
 class SweepSource(TorchSource):
     """The profiler's torch source, able to run tree cells too (chains go through unchanged)."""
 
@@ -126,16 +111,15 @@ class SweepSource(TorchSource):
 
 
 def _tree_drafter(plugin: Any, target: Any, artifact: Path | None, depth: int, topk: int, tokens: int) -> Any:
-    """A tree drafter from the knobs its factory declares: (depth, topk, tokens) or Medusa choices."""
-    params = inspect.signature(plugin.make_drafter).parameters
-    kwargs: dict[str, Any] = {"target_backend": target, "artifact": artifact}
-    if "depth" in params and "topk" in params:
-        kwargs.update(depth=depth, topk=topk, num_draft_tokens=tokens)
-    elif "choices" in params:
-        kwargs["choices"] = medusa_choices(depth, topk, tokens)
-    else:
+    """A tree drafter from the tree options the plugin declares (``StrategyPlugin.draft_options``).
+
+    A strategy that declares none drafts the cell as a chain of ``tokens - 1``.
+    """
+    options = plugin.draft_options.tree(depth, topk, tokens)
+    if options is None:
         return _make_drafter(plugin, target, artifact, tokens - 1)[0]
-    return plugin.make_drafter(**kwargs)
+    kind = plugin.capabilities.artifact
+    return build_drafter(plugin, target, {kind: artifact} if kind and artifact else {}, options)
 
 
 # ----------------------------------------------------------------------------- verify time curve

@@ -20,7 +20,6 @@ per-step stats from the loop become record counters:
 
 from __future__ import annotations
 
-import inspect
 import time
 import zlib
 from collections.abc import Iterator, Sequence
@@ -188,28 +187,14 @@ def _sum(parts: list[dict[str, Any]]) -> dict[str, Any]:
 def _make_drafter(plugin: Any, target: Any, artifact: Path | None, n: int) -> tuple[Any, int]:
     """(drafter, max_draft) for ``plugin`` drafting ``n`` tokens deep.
 
-    Plugins name their draft-length knobs differently today: ``num_draft_tokens`` (chain length;
-    tree drafters count the root too, SGLang's convention), ``depth``/``topk`` (a tree drafter run
-    as a top-1 chain, comparable with every chain strategy), Medusa's ``choices``, lookahead's
-    ``ngram`` (an n-gram proposes n-1 tokens). We pass the ones its factory declares; the loop's
-    ``max_draft`` caps the nodes verified per step at ``n`` except for lookahead-style drafters
-    that declare no draft length (their whole verification set rides in the forward).
+    The options that set the draft length are the ones the plugin declares
+    (``StrategyPlugin.draft_options``): a chain length, a top-1 tree of depth ``n``, or Medusa
+    choices. The loop's ``max_draft`` caps the nodes verified per step at ``n``, except for
+    strategies that declare their verification set uncapped (lookahead's guesses ride whole).
     """
-    if plugin.make_drafter is None:
+    if plugin.drafter_factory() is None:
         raise UserError(f"{plugin.name} has no drafter to run locally", field="--strategies")
-    params = inspect.signature(plugin.make_drafter).parameters
-    options: dict[str, Any] = {}
-    tree_knobs = "depth" in params and "topk" in params
-    if tree_knobs:
-        options.update(depth=n, topk=1)
-    if "num_draft_tokens" in params:
-        options["num_draft_tokens"] = n + 1 if tree_knobs else n
-    if "choices" in params:
-        options["choices"] = [[0] * k for k in range(1, n + 1)]  # each head's top-1, chained
-    max_draft = n
-    if "ngram" in params and "num_draft_tokens" not in params:
-        options["ngram"] = n + 1
-        max_draft = 64  # the loop's default cap: G candidates of n tokens each
+    options, max_draft = plugin.draft_options.chain(n)
     kind = plugin.capabilities.artifact
     try:
         drafter = build_drafter(plugin, target, {kind: artifact} if kind and artifact else {}, options)

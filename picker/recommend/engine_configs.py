@@ -27,10 +27,11 @@ open-ended; K = 0 means no speculation. Each engine encodes them differently:
 
 from __future__ import annotations
 
-import heapq
 import json
 from dataclasses import dataclass
 from typing import Any
+
+from picker.engine.tree_shapes import medusa_choices
 
 # The version each config targets; what was checked in each is said in the comment.
 ENGINE_VERSIONS: dict[str, str] = {
@@ -69,8 +70,6 @@ TRT_LOOKAHEAD_VERIFICATION_SET = 4
 TRT_NGRAM_MATCH = 2  # NGramDecodingConfig.max_matching_ngram_size default
 # llama.cpp ngram-simple lookup length (its default 12 rarely matches); between vLLM's min and max.
 LLAMA_NGRAM_LOOKUP = 3
-# Acceptance used only to shape a default Medusa tree when the caller gives none.
-NOMINAL_ALPHA = 0.7
 
 
 @dataclass(frozen=True)
@@ -164,30 +163,6 @@ def trt_schedule(schedule: list[ScheduleEntry], max_draft_len: int) -> tuple[dic
     return ends, None
 
 
-def default_medusa_choices(depth: int, topk: int, nodes: int, alpha: float = NOMINAL_ALPHA) -> list[list[int]]:
-    """A Medusa tree as rank paths (``[[0], [1], [0, 0], ...]``): ``nodes`` nodes, ≤ ``depth`` deep,
-    ≤ ``topk`` children each, grown best-first by path probability where the i-th ranked child
-    (from 0) is accepted with α(1 − α)^i — the positional model the policy scores trees with
-    (``policies.theory.best_tree``), kept free of numpy here.
-
-    >>> default_medusa_choices(depth=2, topk=2, nodes=4)
-    [[0], [0, 0], [1], [0, 1]]
-    """
-    if min(depth, topk, nodes) < 1 or not 0.0 < alpha < 1.0:
-        raise ValueError("a Medusa tree needs depth, topk, nodes >= 1 and 0 < alpha < 1")
-    # Heap of (-path probability, path); the next sibling multiplies by (1 - α), the first child by α.
-    frontier: list[tuple[float, tuple[int, ...]]] = [(-alpha, (0,))]
-    paths: list[list[int]] = []
-    while frontier and len(paths) < nodes:
-        neg_p, path = heapq.heappop(frontier)
-        paths.append(list(path))
-        if path[-1] + 1 < topk:
-            heapq.heappush(frontier, (neg_p * (1.0 - alpha), (*path[:-1], path[-1] + 1)))
-        if len(path) < depth:
-            heapq.heappush(frontier, (neg_p * alpha, (*path, 0)))
-    return paths
-
-
 def _sglang(name: str, depth: int, topk: int, ndt: int, schedule: list[ScheduleEntry],
             draft_path: str | None, notes: list[str]) -> dict[str, Any]:
     if name in SGLANG_EAGLE_FAMILY and draft_path is None:
@@ -233,7 +208,7 @@ def _trt(name: str, n: int, depth: int, topk: int, ndt: int, draft_path: str | N
             cfg.update(use_dynamic_tree=True, dynamic_tree_max_topK=topk,
                        max_total_draft_tokens=min(max(depth, ndt - 1), depth * topk))
     elif name == "Medusa":
-        tree = choices or default_medusa_choices(depth, topk, max(ndt - 1, 1))
+        tree = choices or medusa_choices(depth, topk, max(ndt - 1, 1))
         linear = False
         # max_draft_len counts tree nodes for Medusa; one head per tree level.
         cfg.update(max_draft_len=len(tree), num_medusa_heads=max(len(p) for p in tree),

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel
 from transformers.utils import logging as hf_logging
 
+from picker.engine.training import optimizer_step
 from picker.zoo.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 # Called after every optimizer step with (step, loss): the build's progress bar hangs here.
@@ -182,11 +183,7 @@ def train(
             kl = F.kl_div(p_log.flatten(0, 1), q_log.flatten(0, 1), log_target=True,
                           reduction="batchmean")
             loss = (1 - kd_weight) * loss + kd_weight * kl
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        losses.append(loss.item())
+        losses.append(optimizer_step(opt, loss, model.parameters()))
         if on_step is not None:
             on_step(step, losses[-1])
     model.eval()

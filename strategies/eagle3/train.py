@@ -1,6 +1,6 @@
 """Train the EAGLE-3 head with training-time test, distilling the frozen target's own predictions.
 
-Rows come from :class:`picker.zoo.heads.DistillData` (target-generated text plus the target's
+Rows come from :class:`picker.engine.training.DistillData` (target-generated text plus the target's
 hidden states). Step 0 runs the draft layer on the target's fused features; step k > 0 replaces
 the feature at position t by the draft's own step-(k-1) output at t - 1, exactly what drafting
 depth k + 1 feeds it at inference. Attention follows the tree it imitates: a step-k query at t
@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from picker.zoo.heads import DistillData, DistillSet
+from picker.engine.training import DistillData, DistillSet, optimizer_step
 from strategies.eagle3.model import KV, Eagle3Config, Eagle3Head, default_feature_layers
 
 StepCallback = Callable[[int, float], None]
@@ -193,12 +193,8 @@ def train_heads(
         for group in opt.param_groups:  # short warm-up then linear decay
             group["lr"] = lr * min(1.0, (step + 1) / 10) * (1.0 - step / max(1, steps))
         idx = torch.randint(0, rows, (batch,), generator=gen)
-        loss = ttt_loss(head, frozen, data.train, idx, ttt_steps, weights)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
-        opt.step()
-        losses.append(loss.item())
+        losses.append(optimizer_step(opt, ttt_loss(head, frozen, data.train, idx, ttt_steps, weights),
+                                     head.parameters()))
         if on_step is not None:
             on_step(step, losses[-1])
     head.eval()

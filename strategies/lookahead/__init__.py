@@ -1,44 +1,22 @@
-"""The `lookahead` strategy: declared capabilities; the drafter itself is imported lazily.
+"""The `lookahead` strategy: declared capabilities; its drafter is named, imported on first use.
 
-Lazy so that `specpick recommend` (which only reads ``PLUGIN.capabilities``) never imports torch.
+Named, not imported, so that `specpick recommend` (which only reads ``PLUGIN.capabilities``) never
+imports torch; the registry resolves ``make_drafter`` when a drafter is built.
 
-    >>> PLUGIN.capabilities.deterministic_draft, PLUGIN.make_drafter is not None
-    (True, True)
+    >>> PLUGIN.capabilities.deterministic_draft, PLUGIN.draft_options.chain(3)
+    (True, ({'ngram': 4}, 64))
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-from picker.engine.plugins import Capabilities, StrategyPlugin
-
-if TYPE_CHECKING:
-    from strategies.lookahead.drafter import LookaheadDrafter
-
-
-def make_drafter(
-    *,
-    target_backend: Any = None,
-    artifact: Any = None,
-    window: int = 4,
-    ngram: int = 3,
-    verify_set: int = 4,
-) -> LookaheadDrafter:
-    """No model, no artifact: window W, n-gram size N and verification set G are its knobs."""
-    from strategies.lookahead.drafter import make_drafter as build
-
-    return build(
-        target_backend=target_backend,
-        artifact=artifact,
-        window=window,
-        ngram=ngram,
-        verify_set=verify_set,
-    )
-
+from picker.engine.plugins import Capabilities, DraftOptions, StrategyPlugin
 
 PLUGIN = StrategyPlugin(
     name="lookahead",
     summary="Jacobi iteration fills an n-gram pool whose candidates are verified in the same forward (Fu 2024).",
     capabilities=Capabilities(deterministic_draft=True, draft_cost="in_forward", engines={"sglang": "NGRAM", "vllm": None, "tensorrt_llm": "Lookahead", "llama_cpp": None}),
-    make_drafter=make_drafter,
+    # No model, no artifact: window W, n-gram size N and verification set G are its knobs.
+    make_drafter="strategies.lookahead.drafter:make_drafter",
+    # An n-gram of n tokens proposes n - 1 drafts; all G candidates ride in one forward (uncapped).
+    draft_options=DraftOptions(length="ngram", length_offset=1, capped=False),
 )

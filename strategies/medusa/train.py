@@ -1,6 +1,6 @@
 """Train Medusa heads by self-distillation on text the frozen target generated itself.
 
-The data (:class:`picker.zoo.heads.DistillData`) holds token rows and the target's final hidden
+The data (:class:`picker.engine.training.DistillData`) holds token rows and the target's final hidden
 states over them. Head k at position t is trained toward the target's own distribution for
 ``x_{t+2+k}``, i.e. ``softmax(lm_head(h_{t+1+k}))``: soft labels carry the whole distribution, so
 the heads learn the target's ranking, which is what both greedy verification (argmax match) and
@@ -9,7 +9,7 @@ rows decides the tree (:func:`strategies.medusa.heads.greedy_choices`), stored w
 
     >>> import torch
     >>> from types import SimpleNamespace
-    >>> from picker.zoo.heads import DistillData, DistillSet
+    >>> from picker.engine.training import DistillData, DistillSet
     >>> g = torch.Generator().manual_seed(0)
     >>> lm = torch.nn.Linear(8, 13, bias=False)
     >>> target = SimpleNamespace(get_output_embeddings=lambda: lm)
@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from picker.zoo.heads import DistillData, DistillSet
+from picker.engine.training import DistillData, DistillSet, optimizer_step
 from strategies.medusa.heads import MedusaConfig, MedusaHeads, greedy_choices
 
 StepCallback = Callable[[int, float], None]
@@ -96,7 +96,10 @@ def expected_accept_length(
 
 def _fit(heads: MedusaHeads, hidden: torch.Tensor, lm_head: torch.Tensor, steps: int,
          batch: int, lr: float, seed: int, on_step: StepCallback | None) -> list[float]:
-    """AdamW on random row batches, learning rate decaying linearly to zero; the loss per step."""
+    """AdamW on random row batches, learning rate decaying linearly to zero; the loss per step.
+
+    Steps go through :func:`picker.engine.training.optimizer_step` (gradient norm clipped to 1).
+    """
     # Later heads guess further ahead and are less often right: weigh them down (Medusa does too).
     weights = torch.tensor([0.8**k for k in range(heads.config.num_heads)])
     opt = torch.optim.AdamW(heads.parameters(), lr=lr, weight_decay=0.0)
@@ -107,11 +110,8 @@ def _fit(heads: MedusaHeads, hidden: torch.Tensor, lm_head: torch.Tensor, steps:
         idx = torch.randint(0, hidden.shape[0], (batch,), generator=gen)
         for group in opt.param_groups:  # short runs end with small steps
             group["lr"] = lr * (1.0 - step / max(1, steps))
-        loss = distill_loss(heads, hidden[idx], lm_head, weights)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
+        losses.append(optimizer_step(opt, distill_loss(heads, hidden[idx], lm_head, weights),
+                                     heads.parameters()))
         if on_step is not None:
             on_step(step, losses[-1])
     heads.eval()

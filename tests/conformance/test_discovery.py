@@ -18,7 +18,7 @@ def test_plugin_is_an_installed_distribution_with_an_entry_point() -> None:
         dist = distribution("specpicker-testplugin")
         names = {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)}
         plugin = load_strategies()[PLUGIN_NAME]
-        module_file = __import__(plugin.make_drafter.__module__).__file__
+        module_file = __import__(plugin.drafter_factory().__module__).__file__
     assert PLUGIN_NAME in names and dist.version == "0.1.0"
     assert str(install()) in str(module_file)  # imported from the pip install, not the test tree
     assert plugin.capabilities.deterministic_draft

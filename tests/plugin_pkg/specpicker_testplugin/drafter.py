@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from picker.engine.drafting import Draft, DraftContext
 from picker.engine.tree import TokenTree
 
@@ -22,3 +24,8 @@ class RepeatLastDrafter:
     def propose(self, ctx: DraftContext) -> Draft:
         k = min(self.num_draft_tokens, ctx.max_draft)
         return Draft(tree=TokenTree.from_chain([ctx.tokens[-1]] * k), p=None)
+
+
+def make_drafter(*, target_backend: Any = None, artifact: Any = None, num_draft_tokens: int = 3) -> RepeatLastDrafter:
+    """No model, no artifact: ``num_draft_tokens`` is its one knob."""
+    return RepeatLastDrafter(num_draft_tokens)
