@@ -18,12 +18,13 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from picker.zoo.build import ZooPaths, build_zoo, zoo_path
+    from picker.zoo.build import build_zoo, zoo_path
     from picker.zoo.eps import EpsPair, make_eps_draft
+    from picker.zoo.paths import ZooPaths
 
 __all__ = ["EpsPair", "ZooPaths", "build_zoo", "make_eps_draft", "zoo_path"]
 
-_HOMES = {"ZooPaths": "build", "build_zoo": "build", "zoo_path": "build",
+_HOMES = {"ZooPaths": "paths", "build_zoo": "build", "zoo_path": "build",
           "EpsPair": "eps", "make_eps_draft": "eps"}
 
 

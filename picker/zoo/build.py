@@ -34,6 +34,7 @@ from transformers import GenerationConfig, LlamaForCausalLM
 from picker.errors import UserError
 from picker.zoo import measure
 from picker.zoo.corpus import DOMAINS, Corpus, build_corpus
+from picker.zoo.paths import ZooPaths
 from picker.zoo.recipe import RECIPES, Recipe, ZooSize, build_threads, cache_root, recipe_hash
 from picker.zoo.tokenizer import (
     BOS_ID,
@@ -53,26 +54,6 @@ from picker.zoo.train import (
     save_quietly,
     train,
 )
-
-
-@dataclass(frozen=True)
-class ZooPaths:
-    """Where one zoo build lives; each model folder loads with ``from_pretrained``."""
-
-    root: Path
-    target: Path
-    draft: Path
-    tokenizer: Path
-    report: Path
-
-    @classmethod
-    def at(cls, root: Path) -> ZooPaths:
-        return cls(root=root, target=root / "target", draft=root / "draft",
-                   tokenizer=root / "tokenizer", report=root / "report.json")
-
-    def exists(self) -> bool:
-        """True when a finished build is here (the report is written last)."""
-        return self.report.is_file()
 
 
 def _recipe(size: ZooSize) -> Recipe:

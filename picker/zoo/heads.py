@@ -38,7 +38,7 @@ from picker.zoo.tokenizer import encode_documents, load_tokenizer
 from picker.zoo.train import deterministic
 
 if TYPE_CHECKING:
-    from picker.zoo.build import ZooPaths
+    from picker.zoo.paths import ZooPaths
 
 # Bump when what a given recipe produces changes (data, losses, optimizer, file layout). Medusa's
 # training gained gradient clipping (the shared picker.engine.training.optimizer_step) without a

@@ -18,7 +18,7 @@ from picker.engine.plugins import Artifact
 from picker.engine.runtime import model_folder
 
 if TYPE_CHECKING:
-    from picker.zoo.build import ZooPaths
+    from picker.zoo.paths import ZooPaths
 
 ZOO = "zoo"
 _SIZES = {"zoo": "ci", "zoo:ci": "ci", "zoo:small": "small"}
