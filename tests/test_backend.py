@@ -66,12 +66,12 @@ def test_rollback_after_tree_equals_fresh_prefill_of_accepted_prefix(accepted: t
     be.forward([4], TREE)
     path_tokens = tuple(TREE.tokens[i] for i in accepted)
     be.rollback(ledger.commit(VerifyResult(len(accepted), (*path_tokens, 60), accepted)))
-    ref.prefill(list(ledger.cached_tokens))
+    ref.prefill(list(ledger.sequence[: ledger.cache_len]))
     assert be.length == ledger.cache_len == len(PROMPT) + 1 + len(accepted)
     assert cache_matches(be, ref)
     # ... and the next forward sees exactly what a fresh model would.
     nxt = be.forward([60]).logits[0, -1]
-    assert torch.allclose(nxt, fresh_logits(model, [*ledger.cached_tokens, 60]), atol=1e-5)
+    assert torch.allclose(nxt, fresh_logits(model, [*ledger.sequence[: ledger.cache_len], 60]), atol=1e-5)
 
 
 def test_crop_then_continue_matches_fresh() -> None:

@@ -69,7 +69,7 @@ def prompt_ids(tokenizer: Any, target: TorchBackend) -> list[int]:
 
 def draw(strategy: Strategy, target: TorchBackend, ids: list[int], k: int, seed: int) -> list[list[int]]:
     rng = np.random.default_rng(seed)
-    return [generate(target, ids, strategy.drafter, strategy.caps, sampling=SAMPLING,
+    return [generate(target, ids, strategy.spec, sampling=SAMPLING,
                      max_new_tokens=DEPTH, rng=rng).tokens for _ in range(k)]
 
 
