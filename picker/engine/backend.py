@@ -207,8 +207,12 @@ class TorchBackend:
             ids[i, :n], pos[i, :n] = f.tokens, f.positions
             pos[i, n:] = f.positions[-1] + 1  # padding: any position; its rows are masked out
         fed_rows = None if batch.rows == tuple(range(self.rows)) else torch.tensor(batch.rows, device=self.device)
+        starts = [f.start for f in plans]
+        slots = None  # per-row starts: the (B, T) slot of every fed token, built once for all layers
+        if len(set(starts)) > 1:
+            slots = torch.from_numpy(np.add.outer(np.array(starts), np.arange(width))).to(self.device)
         for layer in self._layers:
-            layer.plan(fed_rows, [f.start for f in plans], width)
+            layer.plan(fed_rows, starts, width, slots)
         # One causal chain needs no explicit mask: transformers builds the causal one itself.
         causal = len(plans) == 1 and plans[0].drafts.is_chain
         mask = None if causal else self._mask(plans, width)
@@ -236,12 +240,17 @@ class TorchBackend:
     def _mask(self, plans: Sequence[Forward], width: int) -> torch.Tensor:
         """``(B, 1, T, S)`` additive mask: row b sees its committed slots ``< start_b``, then its own
         fed tokens as its block says (causal pending tokens, tree drafts); nothing of other rows'."""
-        starts = torch.tensor([f.start for f in plans], device=self.device)[:, None, None]
-        kv = int(starts.max()) + width
+        start = np.array([f.start for f in plans])
+        kv = int(start.max()) + width
+        starts = torch.from_numpy(start).to(self.device)[:, None, None]
         rel = torch.arange(kv, device=self.device)[None, None, :] - starts  # (B, 1, S): fed index
-        block = torch.from_numpy(np.stack([self._block(f, width) for f in plans])).to(self.device)
-        own = torch.gather(block, 2, rel.clamp(0, width - 1).expand(-1, width, -1))
-        allowed = (rel < 0) | ((rel < width) & own)
+        if all(f.drafts.is_chain for f in plans):  # causal rows: fed token i sees fed tokens <= i
+            # (a padding row then also sees earlier padding of its own row: harmless, never read)
+            allowed = rel <= torch.arange(width, device=self.device)[None, :, None]
+        else:
+            block = torch.from_numpy(np.stack([self._block(f, width) for f in plans])).to(self.device)
+            own = torch.gather(block, 2, rel.clamp(0, width - 1).expand(-1, width, -1))
+            allowed = (rel < 0) | ((rel < width) & own)
         mask = torch.zeros((len(plans), 1, width, kv), dtype=self.dtype, device=self.device)
         return mask.masked_fill_(~allowed[:, None], self._neg)
 

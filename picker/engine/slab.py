@@ -44,10 +44,13 @@ class SlabLayer(CacheLayerMixin):
         self._fed: torch.Tensor | None = None  # rows fed by the next update; None: all of them
         self._starts: list[int] = [0]
         self._width = 0
+        self._slots: torch.Tensor | None = None
 
-    def plan(self, fed: torch.Tensor | None, starts: Sequence[int], width: int) -> None:
-        """Where the next update writes: fed row i (slab row ``fed[i]``) at slots ``starts[i]..``."""
-        self._fed, self._starts, self._width = fed, list(starts), width
+    def plan(self, fed: torch.Tensor | None, starts: Sequence[int], width: int,
+             slots: torch.Tensor | None = None) -> None:
+        """Where the next update writes: fed row i (slab row ``fed[i]``) at slots ``starts[i]..``
+        (``slots``: those ``(B, T)`` slot indices precomputed, shared by every layer)."""
+        self._fed, self._starts, self._width, self._slots = fed, list(starts), width, slots
 
     @property
     def kv_length(self) -> int:
@@ -79,7 +82,9 @@ class SlabLayer(CacheLayerMixin):
                 self.keys[self._fed, :, s : s + width] = key_states
                 self.values[self._fed, :, s : s + width] = value_states
         else:  # per-row starts: one scatter over (row, slot) pairs, (B, T, H, D) in that order
-            slots = torch.tensor(starts, device=self.device)[:, None] + torch.arange(width, device=self.device)
+            slots = self._slots
+            if slots is None:
+                slots = torch.tensor(starts, device=self.device)[:, None] + torch.arange(width, device=self.device)
             rows = (torch.arange(self.rows, device=self.device) if self._fed is None else self._fed)[:, None]
             self.keys[rows, :, slots] = key_states.transpose(1, 2)
             self.values[rows, :, slots] = value_states.transpose(1, 2)

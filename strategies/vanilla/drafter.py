@@ -96,8 +96,8 @@ class DraftModelDrafter:
     def _catch_up(self, tokens: Sequence[int]) -> torch.Tensor:
         """Bring the draft's cache in line with ``tokens``; the draft's logits after the last one."""
         # 1. Roll back: keep the longest prefix of the draft's cache that was committed.
-        keep = self._synced
         limit = min(len(self._fed), len(tokens) - 1)  # the pending token is never in the cache
+        keep = min(self._synced, limit)  # (proposing twice at one context re-feeds the pending token)
         while keep < limit and self._fed[keep] == tokens[keep]:
             keep += 1
         self.draft.crop(keep)
