@@ -125,3 +125,21 @@ def test_misuse_is_reported() -> None:
     with pytest.raises(ValueError, match="differ"):
         ledger.commit(VerifyResult(1, (6, 0), (0,)))  # node 0 holds token 5
     assert ledger.commit(VerifyResult(2, (5, 7, 0), (0, 2))).length == 4
+
+
+def test_batch_ledger_lends_rows_and_plans_each_at_its_own_start() -> None:
+    from picker.engine.rollback import BatchLedger
+
+    batch = BatchLedger(rows=2)
+    assert batch.admit([1, 2, 3]) == 0 and batch.admit([4]) == 1 and batch.free == 0
+    plan = batch.forward({0: TokenTree.from_chain([]), 1: TokenTree.from_chain([])})
+    assert [f.start for f in plan.plans] == [0, 0] and plan.width == 3
+    batch.commit({0: VerifyResult(0, (9,), ()), 1: VerifyResult(0, (8,), ())})
+    plan = batch.forward({0: TokenTree.from_chain([5, 6]), 1: TokenTree.from_chain([])})
+    assert [f.positions for f in plan.plans] == [(3, 4, 5), (1,)] and plan.width == 3
+    batch.commit({0: VerifyResult(1, (5, 7), (0,)), 1: VerifyResult(0, (2,), ())})
+    batch.release(0)
+    assert batch.live == (1,) and batch.free == 1 and batch.admit([6, 6]) == 0
+    assert batch[0].cache_len == 0 and batch[1].cache_len == 2 and batch[1].pending == (2,)
+    with pytest.raises(KeyError):
+        BatchLedger(1)[0]
