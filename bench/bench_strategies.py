@@ -45,7 +45,7 @@ import torch
 
 from picker.engine import runtime
 from picker.engine.backend import TorchBackend
-from picker.engine.drafting import MissingArtifact, SamplingParams
+from picker.engine.drafting import MissingArtifact, SamplingParams, bind
 from picker.engine.loop import generate
 from picker.engine.plugins import load_strategies
 from picker.tasks import builtin_prompts, render_turn
@@ -89,7 +89,7 @@ def our_config(name: str, target: TorchBackend, draft: TorchBackend, plugin: Any
     caps = None if plugin is None else plugin.capabilities
 
     def run(ids: list[int], temperature: float, seed: int) -> Run:
-        gen = generate(target, ids, drafter, caps, sampling=SamplingParams(temperature),
+        gen = generate(target, ids, bind(drafter, caps), sampling=SamplingParams(temperature),
                        max_new_tokens=max_new, rng=np.random.default_rng(seed), eos_token_id=eos)
         steps = gen.records[1:]  # the prefill step drafts nothing
         # Model time: target forwards, plus the whole of propose() + observe() (draft model or heads).

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from picker.engine.backend import TorchBackend
-from picker.engine.drafting import Draft, DraftContext, Drafter, SamplingParams, StepOutcome, call_observe, call_reset
+from picker.engine.drafting import Draft, DraftContext, Drafter, SamplingParams, StepOutcome, bind, call_observe, call_reset
 from picker.engine.loop import Generation, generate
 from picker.engine.plugins import Capabilities
 from picker.engine.tree import TokenTree
@@ -101,7 +101,7 @@ def serve(requests: Sequence[Request], target: TorchBackend, drafter: Drafter, c
             before(i)
         controlled = ControlledDrafter(drafter, controller, task=req.task, batch_size=batch_size,
                                        report_step_time=report_step_time)
-        gen = generate(target, req.prompt, controlled, capabilities,
+        gen = generate(target, req.prompt, bind(controlled, capabilities),
                        sampling=SamplingParams(temperature=req.temperature), max_new_tokens=req.max_new_tokens,
                        max_draft=controller.plan.num_speculative_tokens or 1,
                        rng=np.random.default_rng(i))

@@ -78,13 +78,14 @@ def greedy_same_and_tau(target: Any, drafter: Any, caps: Capabilities, prompts: 
                         new: int = 40) -> tuple[bool, float]:
     """(every output equals plain greedy, mean tokens per verify step after prefill)."""
     from picker.engine.backend import TorchBackend
+    from picker.engine.drafting import bind
     from picker.engine.loop import generate
 
     be = TorchBackend(target)
     same, taus = True, []
     for prompt in prompts:
         plain = generate(be, prompt, None, max_new_tokens=new)
-        spec = generate(be, prompt, drafter, caps, max_new_tokens=new)
+        spec = generate(be, prompt, bind(drafter, caps), max_new_tokens=new)
         same &= plain.tokens == spec.tokens
         taus.append((new - 1) / (spec.stats.steps - 1))  # the prefill emits one token
     return same, float(np.mean(taus))
@@ -93,11 +94,12 @@ def greedy_same_and_tau(target: Any, drafter: Any, caps: Capabilities, prompts: 
 def assert_sampling_is_seeded(toy: dict[str, Any], make_drafter: Callable[..., Any], caps: Capabilities) -> None:
     """Two sampled generations from the same seed through the real loop are identical."""
     from picker.engine.backend import TorchBackend
+    from picker.engine.drafting import bind
     from picker.engine.loop import generate
 
     be = TorchBackend(toy["target"])
     drafter = make_drafter(target_backend=toy["target"], artifact=toy["root"] / "trained")
-    runs = [generate(be, toy["docs"][31][:8], drafter, caps, max_new_tokens=30,
+    runs = [generate(be, toy["docs"][31][:8], bind(drafter, caps), max_new_tokens=30,
                      sampling=SamplingParams(temperature=1.0), rng=np.random.default_rng(7))
             for _ in range(2)]
     assert runs[0].tokens == runs[1].tokens and len(runs[0].tokens) == 30

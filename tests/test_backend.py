@@ -66,12 +66,12 @@ def test_rollback_after_tree_equals_fresh_prefill_of_accepted_prefix(accepted: t
     be.forward([4], TREE)
     path_tokens = tuple(TREE.tokens[i] for i in accepted)
     be.rollback(ledger.commit(VerifyResult(len(accepted), (*path_tokens, 60), accepted)))
-    ref.prefill(list(ledger.cached_tokens))
+    ref.prefill(list(ledger.sequence[: ledger.cache_len]))
     assert be.length == ledger.cache_len == len(PROMPT) + 1 + len(accepted)
     assert cache_matches(be, ref)
     # ... and the next forward sees exactly what a fresh model would.
     nxt = be.forward([60]).logits[0, -1]
-    assert torch.allclose(nxt, fresh_logits(model, [*ledger.cached_tokens, 60]), atol=1e-5)
+    assert torch.allclose(nxt, fresh_logits(model, [*ledger.sequence[: ledger.cache_len], 60]), atol=1e-5)
 
 
 def test_crop_then_continue_matches_fresh() -> None:
@@ -136,3 +136,50 @@ def test_from_pretrained_round_trip(tmp_path: object) -> None:
     assert torch.allclose(be.prefill(PROMPT).logits[0, -1], fresh_logits(model, PROMPT), atol=1e-5)
     with pytest.raises(ValueError):
         TorchBackend.from_pretrained(tmp_path, dtype="float8")
+
+
+def test_one_batched_forward_equals_each_sequence_alone() -> None:
+    """Rows at different cache lengths, one prefilling, one verifying a chain, one a tree, in ONE
+    forward: every row's logits equal its own forward alone; stale slots of another row never leak."""
+    from picker.engine.rollback import BatchLedger
+
+    model = tiny_llama(10)
+    be, alone = TorchBackend(model, rows=3), TorchBackend(model)
+    ledger = BatchLedger(3)
+    prompts = [PROMPT, PROMPT[:2], [7, 7, 7, 7, 7, 7, 7, 7, 7]]
+    for p in prompts:
+        ledger.admit(p)
+    empty = TokenTree((), ())
+    plan = ledger.forward({0: empty, 1: empty, 2: empty})
+    be.apply(ledger.commit({r: VerifyResult(0, (40 + r,), ()) for r in range(3)}))  # prefill, emit 40+r
+    be.run(plan)
+    drafts = {0: TokenTree.from_chain([3, 4, 5]), 1: TREE, 2: empty}
+    plan = ledger.forward(drafts)
+    out = be.run(plan)
+    for i, (row, f) in enumerate(zip(plan.rows, plan.plans)):
+        alone.prefill(prompts[row])
+        ref = alone.forward([40 + row], drafts[row], logits_from=0).logits[0]
+        assert torch.allclose(out.q_rows(i, f), ref, atol=1e-5), row
+
+
+def test_per_row_tree_rollback_compacts_only_that_row() -> None:
+    """After a batched tree verification, each row's cache equals a fresh prefill of what it kept."""
+    from picker.engine.rollback import BatchLedger
+
+    model = tiny_llama(11)
+    be, ref = TorchBackend(model, rows=2), TorchBackend(model)
+    ledger = BatchLedger(2)
+    for p in (PROMPT, PROMPT[1:4]):
+        ledger.admit(p)
+    empty = TokenTree((), ())
+    be.run(ledger.forward({0: empty, 1: empty}))
+    be.apply(ledger.commit({0: VerifyResult(0, (4,), ()), 1: VerifyResult(0, (9,), ())}))
+    be.run(ledger.forward({0: TREE, 1: TREE}))
+    accepted = {0: (1, 5), 1: (0, 2, 3)}
+    be.apply(ledger.commit({r: VerifyResult(len(a), (*(TREE.tokens[i] for i in a), 60), a)
+                            for r, a in accepted.items()}))
+    for row in (0, 1):
+        kept = ledger[row].sequence[: ledger[row].cache_len]
+        ref.prefill(list(kept))
+        for (k, v), (rk, rv) in zip(be.cache_tensors(row, len(kept)), ref.cache_tensors()):
+            assert torch.allclose(k, rk, atol=1e-5) and torch.allclose(v, rv, atol=1e-5), row

@@ -83,3 +83,30 @@ def test_bad_input_is_one_line_and_exit_2(folders: tuple[Path, Path], args: tupl
     assert code == 2, (out, err)
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0]
+
+
+def test_a_prompt_file_at_concurrency_gives_every_prompt_and_the_totals(folders: tuple[Path, Path],
+                                                                       tmp_path: Path) -> None:
+    """``--prompts FILE --concurrency 3``: five requests, three in flight; each output equals the
+    same prompt's ``--prompt`` run (batching changes no token), and the totals add up."""
+    target, draft = folders
+    texts = ["abcabcabc", "hello", "x = 1\ny = 2\nx =", "zzz", "the cat sat on the"]
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"id": f"p{i}", "category": "code", "prompt": t}) + "\n"
+                               for i, t in enumerate(texts)))
+    code, out, err = run("--model", str(target), "--draft", str(draft), "--strategy", "vanilla",
+                         "--prompts", str(prompts), "--concurrency", "3", "--max-new-tokens", "10", "--format", "json")
+    assert code == 0, err
+    doc = json.loads(out)
+    gens, totals = doc["generations"], doc["totals"]
+    assert [g["id"] for g in gens] == [f"p{i}" for i in range(len(texts))]
+    assert totals["concurrency"] == 3 and totals["requests"] == len(texts)
+    assert totals["new_tokens"] == sum(len(g["tokens"]) for g in gens)
+    assert totals["steps"] < sum(g["stats"]["steps"] for g in gens)  # requests shared forwards
+    for text, g in zip(texts, gens):
+        code, one, err = run("--model", str(target), "--strategy", "none", "--prompt", text,
+                             "--max-new-tokens", "10", "--format", "json")
+        assert code == 0, err
+        assert json.loads(one)["tokens"] == g["tokens"]
+    code, _, err = run("--model", str(target), "--prompt", "a", "--prompts", str(prompts))
+    assert code != 0 and "--prompt" in err

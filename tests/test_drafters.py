@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from picker.engine.backend import TorchBackend
-from picker.engine.drafting import DraftContext, SamplingParams, StepOutcome
+from picker.engine.drafting import DraftContext, SamplingParams, StepOutcome, bind
 from picker.engine.loop import generate
 from picker.engine.plugins import load_strategies
 from strategies.lookahead.drafter import LookaheadDrafter
@@ -135,5 +135,5 @@ def test_builtin_factories_build_through_the_registry(tmp_path: object) -> None:
     assert ngram.num_draft_tokens == 7
     look = plugins["lookahead"].drafter_factory()(target_backend=target, window=2, ngram=4, verify_set=1)
     assert (look.W, look.N, look.G) == (2, 4, 1)
-    out = generate(target, [0, 3, 4, 3, 4, 3], look, plugins["lookahead"].capabilities, max_new_tokens=8)
+    out = generate(target, [0, 3, 4, 3, 4, 3], bind(look, plugins["lookahead"].capabilities), max_new_tokens=8)
     assert len(out.tokens) == 8

@@ -191,12 +191,15 @@ def test_sampling_through_the_loop_is_seeded(toy: dict[str, Any]) -> None:
     assert_sampling_is_seeded(toy, make_drafter, PLUGIN.capabilities)
 
 
-def test_greedy_chain_sends_the_scores_that_ranked_it_only_when_asked(toy: dict[str, Any]) -> None:
-    """With ``want_scores`` a top-1 chain carries one logits row per node whose argmax is the node's
+def test_greedy_chain_keeps_the_scores_that_ranked_it_for_the_probe(toy: dict[str, Any]) -> None:
+    """A top-1 chain's ``last_scores()`` has one logits row per node whose argmax is the node's
     token (what the sibling probe ranks the target's token in); the profiled loop's output is
-    plain greedy's, and its rejections carry sibling counts."""
+    plain greedy's, and its rejections carry sibling counts. The draft itself carries no scores:
+    profiling rides outside the drafter contract."""
     from picker.engine.backend import TorchBackend
+    from picker.engine.drafting import Speculator
     from picker.engine.loop import generate
+    from picker.engine.siblings import SiblingProbe
 
     drafts: list[Any] = []
 
@@ -208,8 +211,12 @@ def test_greedy_chain_sends_the_scores_that_ranked_it_only_when_asked(toy: dict[
             self.inner.reset(prompt_ids)
 
         def propose(self, ctx: DraftContext) -> Any:
-            drafts.append((ctx.want_scores, self.inner.propose(ctx)))
-            return drafts[-1][1]
+            draft = self.inner.propose(ctx)
+            drafts.append((self.inner.last_scores(), draft))
+            return draft
+
+        def last_scores(self) -> Any:
+            return self.inner.last_scores()
 
         def observe(self, step: StepOutcome) -> None:
             self.inner.observe(step)
@@ -219,15 +226,14 @@ def test_greedy_chain_sends_the_scores_that_ranked_it_only_when_asked(toy: dict[
     plain = generate(be, prompt, None, max_new_tokens=30)
     drafter = Recording(make_drafter(target_backend=toy["target"], artifact=toy["root"] / "untrained",
                                      topk=1, depth=4, num_draft_tokens=5))
-    out = generate(be, prompt, drafter, caps, max_new_tokens=30, probe_siblings=4)
+    probe = SiblingProbe(4)
+    out = generate(be, prompt, Speculator(drafter, caps), max_new_tokens=30, observer=probe)
     assert out.tokens == plain.tokens
-    sent = [d for want, d in drafts if want and len(d)]
-    assert sent and all(d.scores is not None and d.scores.shape[0] == len(d) and
-                        d.scores.argmax(-1).tolist() == list(d.tree.tokens) for d in sent)
-    assert any(r.sibling_reached for r in out.records)  # an untrained head is rejected often
-    drafts.clear()
-    generate(be, prompt, drafter, caps, max_new_tokens=10)
-    assert all(not want and d.scores is None for want, d in drafts)
+    sent = [(scores, d) for scores, d in drafts if len(d)]
+    assert sent and all(scores is not None and scores.shape[0] == len(d) and
+                        scores.argmax(-1).tolist() == list(d.tree.tokens) for scores, d in sent)
+    assert any(r for r, _ in probe.steps[0])  # an untrained head is rejected often
+    assert not hasattr(sent[0][1], "scores")
 
 
 def test_training_time_test_helps_beyond_depth_one(toy: dict[str, Any]) -> None:

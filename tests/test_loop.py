@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from picker.engine.drafting import Draft, DraftContext, SamplingParams, StepOutcome
+from picker.engine.drafting import Draft, DraftContext, SamplingParams, StepOutcome, bind
 from picker.engine.loop import generate
 from picker.engine.plugins import Capabilities
 from picker.engine.tree import TokenTree
@@ -66,7 +66,7 @@ def test_tree_drafts_leave_greedy_output_unchanged() -> None:
     target = tiny_backend(1, scale=30.0)
     base = generate(target, PROMPT, max_new_tokens=20)
     caps = Capabilities(tree=True, deterministic_draft=True)
-    spec = generate(target, PROMPT, RandomTreeDrafter(), caps, max_new_tokens=20)
+    spec = generate(target, PROMPT, bind(RandomTreeDrafter(), caps), max_new_tokens=20)
     assert spec.tokens == base.tokens
     assert spec.stats.drafted > 0
 
@@ -78,14 +78,14 @@ def test_max_tokens_eos_and_stop_strings() -> None:
     # EOS: the greedy path emits base.tokens[5] at step 6; pretend it is the EOS id.
     eos = base.tokens[5]
     first = base.tokens.index(eos)
-    out = generate(target, PROMPT, RandomTreeDrafter(), Capabilities(deterministic_draft=True),
+    out = generate(target, PROMPT, bind(RandomTreeDrafter(), Capabilities(deterministic_draft=True)),
                    max_new_tokens=16, eos_token_id=eos)
     assert out.tokens == base.tokens[: first + 1] and out.stop_reason == "eos"
     # Stop string: the text of tokens 7..9 ends the output at token 9.
     tok = CharTokenizer()
     stop = tok.decode(base.tokens[7:10])
     cut = next(i for i in range(1, 17) if stop in tok.decode(base.tokens[:i]))
-    out = generate(target, PROMPT, RandomTreeDrafter(), Capabilities(deterministic_draft=True),
+    out = generate(target, PROMPT, bind(RandomTreeDrafter(), Capabilities(deterministic_draft=True)),
                    max_new_tokens=16, stop=[stop], tokenizer=tok)
     assert out.tokens == base.tokens[:cut] and out.stop_reason == "stop"
     assert out.text is not None and out.text.endswith(stop)
@@ -103,7 +103,7 @@ def test_max_new_tokens_cuts_a_long_acceptance() -> None:
             return Draft(TokenTree.from_chain(full[done:done + 8]), p=None)
 
     full = generate(target, PROMPT, max_new_tokens=20).tokens
-    out = generate(target, PROMPT, Oracle(), Capabilities(deterministic_draft=True), max_new_tokens=3)
+    out = generate(target, PROMPT, bind(Oracle(), Capabilities(deterministic_draft=True)), max_new_tokens=3)
     assert out.tokens == base.tokens and out.stats.steps == 2  # prefill, then one step
 
 
@@ -118,7 +118,7 @@ def test_seeded_sampling_reproduces_and_seeds_differ() -> None:
 
 def test_stats_add_up() -> None:
     target = tiny_backend(5, scale=30.0)
-    out = generate(target, PROMPT, RandomTreeDrafter(), Capabilities(deterministic_draft=True),
+    out = generate(target, PROMPT, bind(RandomTreeDrafter(), Capabilities(deterministic_draft=True)),
                    max_new_tokens=20)
     r = out.records
     assert out.stats.steps == len(r) and sum(x.emitted for x in r) == len(out.tokens) == 20
@@ -132,7 +132,7 @@ def test_hidden_states_align_with_the_tokens_they_produced() -> None:
     """Row i of hidden["last"] belongs to tokens[-1 - n + i]; the last row produced the pending token."""
     target = tiny_backend(6, scale=30.0, hidden_layers=())
     probe = HiddenProbe()
-    out = generate(target, PROMPT, probe, Capabilities(needs_hidden_states=True, deterministic_draft=True),
+    out = generate(target, PROMPT, bind(probe, Capabilities(needs_hidden_states=True, deterministic_draft=True)),
                    max_new_tokens=16)
     assert out.tokens == generate(target, PROMPT, max_new_tokens=16).tokens
     lm_head = target.model.lm_head
@@ -160,31 +160,35 @@ def test_observe_sees_committed_tokens_and_target_logits() -> None:
             seen.append(outcome)
 
     target = tiny_backend(7, scale=30.0)
-    out = generate(target, PROMPT, Watcher(), Capabilities(deterministic_draft=True), max_new_tokens=12)
+    out = generate(target, PROMPT, bind(Watcher(), Capabilities(deterministic_draft=True)), max_new_tokens=12)
     assert seen and all(o.q_logits is not None and o.q_logits.shape == (len(o.draft) + 1, 64) for o in seen)
     last = seen[-1]
     assert list(last.tokens[len(PROMPT):]) == out.tokens[: len(last.tokens) - len(PROMPT)]
 
 
 def test_sibling_probe_measures_sampled_rejections_without_changing_the_output() -> None:
+    from picker.engine.siblings import SiblingProbe
     from strategies.vanilla.drafter import make_drafter
 
     target = tiny_backend(6, scale=8.0)  # sharp enough that the two models disagree
     s = SamplingParams(temperature=1.0)
 
-    def run(probe: int, seed: int = 3) -> Any:
+    def run(probe: SiblingProbe | None, seed: int = 3) -> Any:
         drafter = make_drafter(target_backend=target, draft_backend=tiny_backend(7, scale=8.0), num_draft_tokens=3)
-        return generate(target, PROMPT, drafter, Capabilities(needs_draft_model=True), sampling=s,
-                        max_new_tokens=32, rng=np.random.default_rng(seed), probe_siblings=probe)
+        return generate(target, PROMPT, bind(drafter, Capabilities(needs_draft_model=True)), sampling=s,
+                        max_new_tokens=32, rng=np.random.default_rng(seed), observer=probe)
 
-    plain, probed = run(0), run(4)
+    probe = SiblingProbe(4)
+    plain, probed = run(None), run(probe)
+    sib = probe.steps[0]  # one (reached, accepted) per step of request 0
+    assert len(sib) == len(probed.records)
     assert probed.tokens == plain.tokens  # its own generator: the generation's draws are untouched
-    rejected = [r for r in probed.records if r.drafted and r.accepted < r.drafted]
-    assert rejected and all(len(r.sibling_reached) == 3 and r.sibling_reached[0] == 1.0 for r in rejected)
-    assert all(0.0 <= a <= n for r in rejected for a, n in zip(r.sibling_accepted, r.sibling_reached))
-    assert not any(r.sibling_reached for r in probed.records if r not in rejected)
-    assert not any(r.sibling_reached for r in plain.records)
-    greedy = generate(target, PROMPT, make_drafter(target_backend=target, draft_backend=tiny_backend(7, scale=8.0),
-                                                   num_draft_tokens=3), Capabilities(needs_draft_model=True),
-                      max_new_tokens=16, probe_siblings=4)
-    assert not any(r.sibling_reached for r in greedy.records)  # at T = 0 only drafters that send scores
+    rejected = [k for k, r in enumerate(probed.records) if r.drafted and r.accepted < r.drafted]
+    assert rejected and all(len(sib[k][0]) == 3 and sib[k][0][0] == 1.0 for k in rejected)
+    assert all(0.0 <= a <= n for k in rejected for a, n in zip(sib[k][1], sib[k][0]))
+    assert not any(sib[k][0] for k in range(len(sib)) if k not in rejected)
+    greedy_probe = SiblingProbe(4)
+    generate(target, PROMPT, bind(make_drafter(target_backend=target, draft_backend=tiny_backend(7, scale=8.0),
+                                               num_draft_tokens=3), Capabilities(needs_draft_model=True)),
+             max_new_tokens=16, observer=greedy_probe)
+    assert not any(r for r, _ in greedy_probe.steps[0])  # at T = 0 only drafters that rank (last_scores)

@@ -213,7 +213,9 @@ def test_sibling_probe_on_a_chain_predicts_what_a_tree_accepts(toy: dict[str, An
     it overstates them), at T = 0 greedy top-k siblings (heads trained for 5 steps: their first
     choice is almost never right, their second often is, which α alone cannot see)."""
     from picker.engine.backend import TorchBackend
+    from picker.engine.drafting import bind
     from picker.engine.loop import generate
+    from picker.engine.siblings import SiblingProbe
     from policies.scalar import sibling_odds
 
     heads = toy["root"] / "trained"
@@ -226,14 +228,15 @@ def test_sibling_probe_on_a_chain_predicts_what_a_tree_accepts(toy: dict[str, An
     accepted = drafted = tree_accepted = tree_steps = 0
     reached, sib_accepted = np.zeros(3), np.zeros(3)
     for i, doc in enumerate(toy["docs"][30:40]):
-        g = generate(be, doc[:8], chain, caps, sampling=s, max_new_tokens=60, rng=np.random.default_rng(i),
-                     probe_siblings=4)
-        for r in g.records[1:]:
+        probe = SiblingProbe(4)
+        g = generate(be, doc[:8], bind(chain, caps), sampling=s, max_new_tokens=60, rng=np.random.default_rng(i),
+                     observer=probe)
+        for r, (sib_r, sib_a) in zip(g.records[1:], probe.steps[0][1:], strict=True):
             accepted, drafted = accepted + r.accepted, drafted + r.drafted
-            if r.sibling_reached:
-                reached += r.sibling_reached
-                sib_accepted += r.sibling_accepted
-        t = generate(be, doc[:8], tree, caps, sampling=s, max_new_tokens=60, rng=np.random.default_rng(100 + i))
+            if sib_r:
+                reached += sib_r
+                sib_accepted += sib_a
+        t = generate(be, doc[:8], bind(tree, caps), sampling=s, max_new_tokens=60, rng=np.random.default_rng(100 + i))
         tree_accepted += sum(r.accepted for r in t.records[1:])
         tree_steps += len(t.records) - 1
     alpha = accepted / drafted

@@ -33,7 +33,7 @@ def test_rejection_at_draft_3_crops_to_prefix_plus_2() -> None:
     fwd = ledger.forward(drafts)
     cache.run(fwd.tokens, fwd.positions)
     assert fwd.tokens == (*prompt, *drafts) and fwd.positions == tuple(range(15))
-    assert ledger.physical_len == len(cache.slots) == 15
+    assert fwd.start + len(fwd.tokens) == len(cache.slots) == 15  # what the cache holds in flight
     assert fwd.q_rows == slice(9, 15)  # q_1 (after the last prompt token) .. q_6 (after d_5)
 
     correction = 77  # d_1, d_2 accepted; d_3 rejected and replaced by the correction
@@ -41,7 +41,7 @@ def test_rejection_at_draft_3_crops_to_prefix_plus_2() -> None:
     assert edit == CacheEdit(length=12, base=10, keep=(10, 11)) and edit.is_crop
     cache.apply(edit)
     assert ledger.cache_len == len(cache.slots) == 10 + 2
-    assert ledger.cached_tokens == (*prompt, 1, 2)
+    assert ledger.sequence[: ledger.cache_len] == (*prompt, 1, 2)
     # The correction is emitted but not in the cache yet...
     assert ledger.pending == (correction,)
     assert ledger.sequence == (*prompt, 1, 2, correction)
@@ -52,7 +52,7 @@ def test_rejection_at_draft_3_crops_to_prefix_plus_2() -> None:
     assert fwd.tokens[0] == correction and fwd.start == 12 and fwd.positions[0] == 12
     assert cache.slots[12] == (correction, 12)
     cache.apply(ledger.commit(VerifyResult(0, (5,), ())))
-    assert ledger.cached_tokens == (*prompt, 1, 2, correction) and ledger.pending == (5,)
+    assert ledger.sequence[: ledger.cache_len] == (*prompt, 1, 2, correction) and ledger.pending == (5,)
 
 
 def test_full_acceptance_keeps_everything_and_bonus_is_pending() -> None:
@@ -83,7 +83,7 @@ def test_tree_path_is_compacted_to_its_positions() -> None:
     assert edit == CacheEdit(length=6, base=4, keep=(5, 8)) and not edit.is_crop
     cache.apply(edit)
     assert cache.slots == [(1, 0), (2, 1), (3, 2), (4, 3), (12, 4), (15, 5)]
-    assert ledger.cached_tokens == (1, 2, 3, 4, 12, 15) and ledger.pending == (99,)
+    assert ledger.sequence[: ledger.cache_len] == (1, 2, 3, 4, 12, 15) and ledger.pending == (99,)
 
 
 def test_random_steps_keep_slot_token_and_position_aligned() -> None:
@@ -107,8 +107,8 @@ def test_random_steps_keep_slot_token_and_position_aligned() -> None:
             kids = tree.children(path[-1])
         toks = (*(tree.tokens[i] for i in path), int(rng.integers(0, 50)))
         cache.apply(ledger.commit(VerifyResult(len(path), toks, tuple(path))))
-        assert cache.slots == [(tok, pos) for pos, tok in enumerate(ledger.cached_tokens)]
-        assert ledger.sequence == (*ledger.cached_tokens, toks[-1])
+        assert cache.slots == [(tok, pos) for pos, tok in enumerate(ledger.sequence[: ledger.cache_len])]
+        assert ledger.sequence == (*ledger.sequence[: ledger.cache_len], toks[-1])
 
 
 def test_misuse_is_reported() -> None:
@@ -125,3 +125,21 @@ def test_misuse_is_reported() -> None:
     with pytest.raises(ValueError, match="differ"):
         ledger.commit(VerifyResult(1, (6, 0), (0,)))  # node 0 holds token 5
     assert ledger.commit(VerifyResult(2, (5, 7, 0), (0, 2))).length == 4
+
+
+def test_batch_ledger_lends_rows_and_plans_each_at_its_own_start() -> None:
+    from picker.engine.rollback import BatchLedger
+
+    batch = BatchLedger(rows=2)
+    assert batch.admit([1, 2, 3]) == 0 and batch.admit([4]) == 1 and batch.free == 0
+    plan = batch.forward({0: TokenTree.from_chain([]), 1: TokenTree.from_chain([])})
+    assert [f.start for f in plan.plans] == [0, 0] and plan.width == 3
+    batch.commit({0: VerifyResult(0, (9,), ()), 1: VerifyResult(0, (8,), ())})
+    plan = batch.forward({0: TokenTree.from_chain([5, 6]), 1: TokenTree.from_chain([])})
+    assert [f.positions for f in plan.plans] == [(3, 4, 5), (1,)] and plan.width == 3
+    batch.commit({0: VerifyResult(1, (5, 7), (0,)), 1: VerifyResult(0, (2,), ())})
+    batch.release(0)
+    assert batch.live == (1,) and batch.free == 1 and batch.admit([6, 6]) == 0
+    assert batch[0].cache_len == 0 and batch[1].cache_len == 2 and batch[1].pending == (2,)
+    with pytest.raises(KeyError):
+        BatchLedger(1)[0]

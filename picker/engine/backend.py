@@ -24,10 +24,15 @@ the accepted path is compacted first, since its nodes need not be contiguous in 
     >>> be.keep([5, 6], base=4); be.length       # accept node 0 and node 2: compact, then crop
     6
 
-Conventions: ``length`` is the number of cache slots in use; ``crop(length)`` keeps the first
-``length`` slots (an absolute length -- note that ``DynamicCache.crop`` in transformers 5.x takes a
-*negative count* instead; we do not use it). Shapes are ``(batch, ...)`` throughout; batch 1 is what
-the decode loop drives today.
+Two ways to drive it. The decode loop runs :meth:`TorchBackend.run` on a
+:class:`~picker.engine.rollback.BatchForward` -- B sequences, each at its own start, positions and
+tree, padded to one width T, in ONE forward over a batched slab cache (``rows`` of them;
+``picker.engine.slab``) with a 4-D additive mask -- and :meth:`TorchBackend.apply` on the ledger's
+:class:`~picker.engine.rollback.BatchEdit`. There the ledger owns every length and position and
+the backend keeps none. Callers without a ledger (a draft model's own cache, the sweep) use
+``forward`` / ``crop`` / ``keep`` on row 0, which track ``length`` for them: the number of cache
+slots in use; ``crop(length)`` keeps the first ``length`` slots (an absolute length -- note that
+``DynamicCache.crop`` in transformers 5.x takes a *negative count* instead; we do not use it).
 """
 
 from __future__ import annotations
@@ -41,12 +46,14 @@ from typing import Any
 import numpy as np
 import torch
 from transformers import AutoModelForCausalLM, PreTrainedModel
-from transformers.cache_utils import Cache, CacheLayerMixin
+from transformers.cache_utils import Cache
 
-from picker.engine.rollback import CacheEdit
+from picker.engine.rollback import BatchEdit, BatchForward, CacheEdit, Forward, plan_forward
+from picker.engine.slab import SlabLayer
 from picker.engine.tree import TokenTree
 
-__all__ = ["ForwardOutput", "SlabLayer", "TorchBackend", "resolve_dtype"]
+__all__ = ["ForwardOutput", "TorchBackend", "resolve_dtype"]
+_NO_DRAFTS = TokenTree((), ())
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 HiddenKey = str | int  # "last" (final hidden state, after the final norm) or a decoder-layer index
@@ -61,92 +68,28 @@ def resolve_dtype(name: str | torch.dtype) -> torch.dtype:
     return _DTYPES[name]
 
 
-class SlabLayer(CacheLayerMixin):
-    """One layer's keys and values in a preallocated slab, written in place, grown by doubling.
-
-    ``DynamicCache`` concatenates on every update (a fresh allocation of the whole layer per
-    step); a slab writes the new entries into spare capacity and hands the model a view, so a
-    step allocates nothing once the slab is big enough, and a crop is just a new length.
-    """
-
-    is_croppable = True
-    is_sliding = False
-
-    def __init__(self, capacity: int) -> None:
-        super().__init__()
-        self.capacity = capacity
-        self.length = 0
-
-    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        self.device = key_states.device
-        self.keys = key_states.new_zeros((*key_states.shape[:2], self.capacity, key_states.shape[3]))
-        self.values = value_states.new_zeros((*value_states.shape[:2], self.capacity, value_states.shape[3]))
-        self.is_initialized = True
-
-    def update(
-        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
-        start, end = self.length, self.length + key_states.shape[-2]
-        if end > self.capacity:
-            self._grow(end)
-        self.keys[:, :, start:end] = key_states
-        self.values[:, :, start:end] = value_states
-        self.length = end
-        return self.keys[:, :, :end], self.values[:, :, :end]
-
-    def _grow(self, needed: int) -> None:
-        capacity = max(needed, 2 * self.capacity)
-        for name in ("keys", "values"):
-            old = getattr(self, name)
-            new = old.new_zeros((*old.shape[:2], capacity, old.shape[3]))
-            new[:, :, : self.length] = old[:, :, : self.length]
-            setattr(self, name, new)
-        self.capacity = capacity
-
-    def compact(self, index: torch.Tensor, base: int) -> None:
-        """Move slots ``index`` to ``base, base + 1, ...`` (gathered first, so overlaps are safe)."""
-        if self.is_initialized:
-            n = index.shape[0]
-            self.keys[:, :, base : base + n] = self.keys.index_select(2, index)
-            self.values[:, :, base : base + n] = self.values.index_select(2, index)
-
-    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
-        return self.length + query_length, 0
-
-    def get_seq_length(self) -> int:
-        return self.length
-
-    def get_max_length(self) -> int:
-        return -1  # grows on demand
-
-    def crop(self, tokens_to_remove: int) -> None:
-        # transformers' convention (5.x): a negative count of tokens to drop from the end.
-        if tokens_to_remove > 0:
-            raise ValueError("SlabLayer.crop takes a negative count; use TorchBackend.crop(length)")
-        self.length = max(0, self.length + tokens_to_remove)
-
-    def reset(self) -> None:
-        self.length = 0
-
-
 @dataclass(frozen=True)
 class ForwardOutput:
     """Logits for the requested rows, and hidden states for every fed row when asked for.
 
-    ``logits``: ``(B, R, V)`` for fed rows ``logits_from ..`` (R = fed - logits_from).
+    ``logits``: ``(B, R, V)`` for fed rows ``first ..`` (R = T - first, T the padded width).
     ``hidden``: ``{"last": (B, T, H), layer_index: (B, T, H), ...}`` for all T fed rows, or None.
     """
 
     logits: torch.Tensor
     hidden: dict[HiddenKey, torch.Tensor] | None = None
+    first: int = 0
+
+    def q_rows(self, i: int, plan: Forward) -> torch.Tensor:
+        """Sequence i's q at the root and after each of its draft nodes, ``(M + 1, V)``."""
+        return self.logits[i, plan.q_rows.start - self.first : plan.q_rows.stop - self.first]
 
 
 class TorchBackend:
-    """A Hugging Face causal LM with a rollback-able KV cache and tree-masked forwards.
+    """A Hugging Face causal LM with a batched, rollback-able KV cache and tree-masked forwards.
 
-    ``hidden_layers`` lists decoder-layer indices whose outputs :meth:`forward` returns (with
+    ``rows``: how many sequences its cache holds at once (the loop's concurrency).
+    ``hidden_layers`` lists decoder-layer indices whose outputs a forward returns (with
     ``hidden=True``) beside ``"last"``: the output of decoder layer ``i`` (0-based) is
     transformers' ``hidden_states[i + 1]``, the residual stream before any norm -- except for the
     last layer, whose entry transformers 5.x replaces by the final-norm output (``"last"``).
@@ -155,7 +98,7 @@ class TorchBackend:
     """
 
     def __init__(
-        self, model: PreTrainedModel, *, hidden_layers: Sequence[int] = (), capacity: int = 256
+        self, model: PreTrainedModel, *, hidden_layers: Sequence[int] = (), capacity: int = 256, rows: int = 1
     ) -> None:
         self.model = model.eval()
         text_config = model.config.get_text_config()
@@ -167,11 +110,12 @@ class TorchBackend:
         self.hidden_layers = tuple(int(i) for i in hidden_layers)
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
-        self._layers = [SlabLayer(capacity) for _ in range(self.num_layers)]
+        self.rows = rows
+        self._layers = [SlabLayer(capacity, rows) for _ in range(self.num_layers)]
         self.cache = Cache(layers=list(self._layers))
-        self._blocks: dict[tuple[int, tuple[int, ...]], tuple[torch.Tensor, torch.Tensor]] = {}
-        self._positions = torch.arange(capacity, device=self.device)[None]
+        self._blocks: dict[tuple[int, tuple[int, ...], int], np.ndarray] = {}
         self._neg = torch.finfo(self.dtype).min  # additive "masked" value: works for sdpa and eager
+        self.length = 0  # row 0's slots in use, for callers without a ledger (forward/crop/keep)
         self.forward_seconds = 0.0
         self.forward_calls = 0
 
@@ -184,23 +128,24 @@ class TorchBackend:
         dtype: str | torch.dtype = "float32",
         hidden_layers: Sequence[int] = (),
         attn_implementation: str = "sdpa",
+        rows: int = 1,
     ) -> TorchBackend:
         """Load a local Hugging Face folder (``config.json`` + safetensors) onto ``device``."""
         model = AutoModelForCausalLM.from_pretrained(
             str(path), dtype=resolve_dtype(dtype), attn_implementation=attn_implementation,
             local_files_only=True,
         )
-        return cls(model.to(device), hidden_layers=hidden_layers)
+        return cls(model.to(device), hidden_layers=hidden_layers, rows=rows)
 
-    @property
-    def length(self) -> int:
-        """Cache slots in use: the committed tokens (plus a forward's drafts until rollback)."""
-        return self._layers[0].length
+    def with_rows(self, rows: int) -> TorchBackend:
+        """A backend over the same model (weights shared) whose cache holds ``rows`` sequences."""
+        if rows == self.rows:
+            return self
+        return TorchBackend(self.model, hidden_layers=self.hidden_layers, rows=rows)
 
     def reset(self) -> None:
-        """Forget every cached token (the slabs are kept for the next sequence)."""
-        for layer in self._layers:
-            layer.length = 0
+        """Forget row 0's tokens (the slabs are kept for the next sequence)."""
+        self.length = 0
 
     def prefill(self, ids: Sequence[int], *, hidden: bool = False) -> ForwardOutput:
         """Reset, then feed ``ids`` causally; logits for the last row only."""
@@ -216,58 +161,71 @@ class TorchBackend:
         hidden: bool = False,
         layers: Sequence[int] | None = None,
     ) -> ForwardOutput:
-        """Append ``tokens`` (fed causally) then ``tree``'s nodes (tree attention) to the cache.
+        """Row 0, without a ledger: append ``tokens`` (causal) then ``tree``'s nodes at ``length``.
 
         Row ``len(tokens) - 1`` of the fed rows holds q at the root (after the last pending
         token); row ``len(tokens) + i`` holds q after draft node i. Logits are computed for rows
-        ``logits_from ..`` only (a long prefill needs just its last row). With ``hidden``, also
-        return hidden states for every fed row: ``"last"`` and the decoder layers ``layers``
-        (default: the backend's ``hidden_layers``).
+        ``logits_from ..`` only (a long prefill needs just its last row).
+        """
+        plan = plan_forward(self.length, tokens, _NO_DRAFTS if tree is None else tree)
+        fed = len(plan.tokens)
+        if len(tokens) < 1 or not 0 <= logits_from < fed:
+            raise ValueError(f"forward: need >= 1 pending token and 0 <= logits_from < {fed}")
+        out = self.run(BatchForward((0,), (plan,)), hidden=hidden, layers=layers, logits_from=logits_from)
+        self.length = plan.start + fed
+        return out
+
+    def run(
+        self,
+        batch: BatchForward,
+        *,
+        hidden: bool = False,
+        layers: Sequence[int] | None = None,
+        logits_from: int | None = None,
+    ) -> ForwardOutput:
+        """ONE forward over every planned row: fed tokens at their ledger positions and slots.
+
+        Rows are padded on the right to the widest; logits come for fed rows from ``logits_from``
+        (default: the first q row any sequence needs). With ``hidden``, hidden states for every
+        fed row: ``"last"`` and the decoder layers ``layers`` (default: ``hidden_layers``).
         """
         if torch.is_inference_mode_enabled():  # the decode loop enters it once per generation
-            return self._forward(tokens, tree, logits_from, hidden, layers)
+            return self._run(batch, hidden, layers, logits_from)
         with torch.inference_mode():
-            return self._forward(tokens, tree, logits_from, hidden, layers)
+            return self._run(batch, hidden, layers, logits_from)
 
-    def _forward(
-        self,
-        tokens: Sequence[int],
-        tree: TokenTree | None,
-        logits_from: int,
-        hidden: bool,
-        layers: Sequence[int] | None,
+    def _run(
+        self, batch: BatchForward, hidden: bool, layers: Sequence[int] | None, logits_from: int | None
     ) -> ForwardOutput:
-        p = len(tokens)
-        nodes = () if tree is None else tree.tokens
-        fed = p + len(nodes)
-        if p < 1 or not 0 <= logits_from < fed:
-            raise ValueError(f"forward: need >= 1 pending token and 0 <= logits_from < {fed}")
-        start = self.length
-        block, offsets = self._block(p, tree)
+        plans, width = batch.plans, batch.width
+        first = min(f.q_rows.start for f in plans) if logits_from is None else logits_from
         # numpy -> torch is several times cheaper than torch.tensor(list) for a handful of ids.
-        ids = torch.from_numpy(np.array([[*tokens, *nodes]], dtype=np.int64)).to(self.device)
-        mask = None
-        if block is None:  # causal: positions start, start + 1, ... (a view of a shared arange)
-            positions = self._arange(start + fed)[:, start : start + fed]
-        else:  # (1, 1, T, start + T): everything committed is visible, the block says the rest
-            positions = offsets + start
-            mask = torch.cat((block.new_zeros((1, 1, fed, start)), block), dim=-1)
+        ids = np.zeros((len(plans), width), dtype=np.int64)
+        pos = np.empty((len(plans), width), dtype=np.int64)
+        for i, f in enumerate(plans):
+            n = len(f.tokens)
+            ids[i, :n], pos[i, :n] = f.tokens, f.positions
+            pos[i, n:] = f.positions[-1] + 1  # padding: any position; its rows are masked out
+        fed_rows = None if batch.rows == tuple(range(self.rows)) else torch.tensor(batch.rows, device=self.device)
+        starts = [f.start for f in plans]
+        slots = None  # per-row starts: the (B, T) slot of every fed token, built once for all layers
+        if len(set(starts)) > 1:
+            slots = torch.from_numpy(np.add.outer(np.array(starts), np.arange(width))).to(self.device)
+        for layer in self._layers:
+            layer.plan(fed_rows, starts, width, slots)
+        # One causal chain needs no explicit mask: transformers builds the causal one itself.
+        causal = len(plans) == 1 and plans[0].drafts.is_chain
+        mask = None if causal else self._mask(plans, width)
         t0 = time.perf_counter()
         out = self.model(
-            input_ids=ids, attention_mask=mask, position_ids=positions, cache=self.cache,
-            use_cache=True, logits_to_keep=fed - logits_from, output_hidden_states=hidden,
+            input_ids=torch.from_numpy(ids).to(self.device), attention_mask=mask,
+            position_ids=torch.from_numpy(pos).to(self.device), cache=self.cache, use_cache=True,
+            logits_to_keep=width - first, output_hidden_states=hidden,
         )
         self.forward_seconds += time.perf_counter() - t0
         self.forward_calls += 1
-        if not hidden:
-            return ForwardOutput(out.logits)
-        return ForwardOutput(out.logits, self._hidden(out.hidden_states, layers))
-
-    def _arange(self, n: int) -> torch.Tensor:
-        if self._positions.shape[1] < n:
-            size = max(n, 2 * self._positions.shape[1])
-            self._positions = torch.arange(size, device=self.device)[None]
-        return self._positions
+        states = self._hidden(out.hidden_states, layers) if hidden else None
+        return ForwardOutput(out.logits, states, first)
 
     def _hidden(
         self, states: tuple[torch.Tensor, ...], layers: Sequence[int] | None
@@ -279,56 +237,80 @@ class TorchBackend:
             picked[i] = states[i + 1]
         return picked
 
-    def _block(self, p: int, tree: TokenTree | None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """The (T, T) additive mask among fed rows and their position offsets, cached per shape.
+    def _mask(self, plans: Sequence[Forward], width: int) -> torch.Tensor:
+        """``(B, 1, T, S)`` additive mask: row b sees its committed slots ``< start_b``, then its own
+        fed tokens as its block says (causal pending tokens, tree drafts); nothing of other rows'."""
+        start = np.array([f.start for f in plans])
+        kv = int(start.max()) + width
+        starts = torch.from_numpy(start).to(self.device)[:, None, None]
+        rel = torch.arange(kv, device=self.device)[None, None, :] - starts  # (B, 1, S): fed index
+        if all(f.drafts.is_chain for f in plans):  # causal rows: fed token i sees fed tokens <= i
+            # (a padding row then also sees earlier padding of its own row: harmless, never read)
+            allowed = rel <= torch.arange(width, device=self.device)[None, :, None]
+        else:
+            block = torch.from_numpy(np.stack([self._block(f, width) for f in plans])).to(self.device)
+            own = torch.gather(block, 2, rel.clamp(0, width - 1).expand(-1, width, -1))
+            allowed = (rel < 0) | ((rel < width) & own)
+        mask = torch.zeros((len(plans), 1, width, kv), dtype=self.dtype, device=self.device)
+        return mask.masked_fill_(~allowed[:, None], self._neg)
 
-        A causal block (no drafts, or a chain) needs no explicit mask: transformers builds the
-        causal one, and positions are consecutive. Trees of one shape recur every step (static
-        trees), so their block and offsets are built once.
+    def _block(self, plan: Forward, width: int) -> np.ndarray:
+        """Bool ``(T, T)``: which of a row's fed tokens each fed token sees, cached per shape.
+
+        Pending tokens are causal; draft nodes see every pending token and their own ancestors;
+        padding rows see only themselves (a row with nothing visible would give NaN). Trees of one
+        shape recur every step (static trees), so their block is built once.
         """
-        if tree is None or all(par == i - 1 for i, par in enumerate(tree.parents)):
-            return None, None
-        key = (p, tree.parents)
+        p, parents = plan.n_pending, plan.drafts.parents
+        key = (p, parents, width)
         hit = self._blocks.get(key)
         if hit is not None:
             return hit
-        fed = p + len(tree)
-        offsets = torch.tensor([[*range(p), *(p - 1 + d for d in tree.depths)]], device=self.device)
-        allowed = torch.ones((fed, fed), dtype=torch.bool).tril()  # pending rows: causal
-        allowed[p:, p:] = torch.from_numpy(tree.ancestor_mask().copy())
-        block = torch.zeros((1, 1, fed, fed), dtype=self.dtype)
-        block.masked_fill_(~allowed, self._neg)
-        if len(self._blocks) > 64:  # dynamic trees change shape every step: keep the dict small
+        n = p + len(parents)
+        allowed = np.eye(width, dtype=bool)
+        allowed[:n, :n] = np.tri(n, dtype=bool)  # pending rows: causal
+        allowed[p:n, p:n] = plan.drafts.ancestor_mask()
+        if len(self._blocks) > 256:  # dynamic trees change shape every step: keep the dict small
             self._blocks.clear()
-        self._blocks[key] = (block.to(self.device), offsets)
-        return self._blocks[key]
+        self._blocks[key] = allowed
+        return allowed
+
+    def apply(self, edit: BatchEdit) -> None:
+        """Roll every row back as the ledger says: chains need nothing (their stale slots are masked
+        and overwritten), a tree's accepted path is compacted to consecutive slots."""
+        for row, e in zip(edit.rows, edit.edits):
+            if not e.is_crop:
+                self._compact(row, e.keep, e.base)
+
+    def _compact(self, row: int, indices: Sequence[int], base: int) -> None:
+        index = torch.tensor(list(indices), dtype=torch.long, device=self.device)
+        with torch.inference_mode():  # the slabs are inference tensors: edit them in that mode
+            for layer in self._layers:
+                layer.compact(row, index, base)
 
     def crop(self, length: int) -> None:
-        """Keep the first ``length`` cache slots (an absolute length, never more than held)."""
+        """Row 0: keep the first ``length`` cache slots (an absolute length, never more than held)."""
         if not 0 <= length <= self.length:
             raise ValueError(f"crop: length {length} outside 0..{self.length}")
-        for layer in self._layers:
-            layer.length = length
+        self.length = length
 
     def keep(self, indices: Sequence[int], base: int) -> None:
-        """Compact: copy slots ``indices`` (increasing, >= base) to ``base, ...``, crop after them."""
-        index = torch.tensor(list(indices), dtype=torch.long, device=self.device)
-        if index.numel() and (int(index[0]) < base or int(index[-1]) >= self.length):
-            raise ValueError(f"keep: slots {list(indices)} outside {base}..{self.length - 1}")
-        if not all(int(i) == base + k for k, i in enumerate(indices)):
-            with torch.inference_mode():  # the slabs are inference tensors: edit them in that mode
-                for layer in self._layers:
-                    layer.compact(index, base)
-        self.crop(base + len(indices))
+        """Row 0: copy slots ``indices`` (increasing, >= base) to ``base, ...``, crop after them."""
+        idx = [int(i) for i in indices]
+        if idx and (idx[0] < base or idx[-1] >= self.length):
+            raise ValueError(f"keep: slots {idx} outside {base}..{self.length - 1}")
+        if idx != list(range(base, base + len(idx))):
+            self._compact(0, idx, base)
+        self.crop(base + len(idx))
 
     def rollback(self, edit: CacheEdit) -> None:
-        """Apply a :class:`picker.engine.rollback.CacheEdit`: a crop for chains, a compaction for trees."""
+        """Row 0: apply a :class:`picker.engine.rollback.CacheEdit` (a crop, or a compaction for trees)."""
         if edit.is_crop:
             self.crop(edit.length)
         else:
             self.keep(edit.keep, edit.base)
 
-    def cache_tensors(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Per layer ``(keys, values)`` views of the slots in use (for tests and inspection)."""
-        n = self.length
-        return [(layer.keys[:, :, :n], layer.values[:, :, :n]) for layer in self._layers]
+    def cache_tensors(self, row: int = 0, length: int | None = None) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Per layer ``(keys, values)`` of ``row``'s first ``length`` slots (default: row 0's ``length``)."""
+        n = self.length if length is None else length
+        return [(layer.keys[row : row + 1, :, :n], layer.values[row : row + 1, :, :n]) for layer in self._layers]

@@ -17,20 +17,33 @@ strategy's own knobs (draft length, tree shape, window sizes), each with a defau
 
 What the loop gives a drafter (:class:`DraftContext`) and gets back (:class:`Draft`), and what it
 reports after verifying (:class:`StepOutcome`), is all there is: a drafter never touches the
-target's KV cache and never accepts tokens. A drafter that needs intermediate target layers
-(EAGLE-3) lists them in an optional ``hidden_layers`` attribute (read by :func:`hidden_layers_of`).
+target's KV cache and never accepts tokens.
+
+The loop drives a :class:`Speculator`: a drafter bound to its plugin's declared
+:class:`~picker.engine.plugins.Capabilities`, checked once when bound. A drafter whose plugin
+declares ``needs_hidden_states`` must carry a ``hidden_layers`` attribute (the target decoder
+layers it reads besides ``"last"``; EAGLE-3 fuses low/mid/high layers, Medusa lists none); a
+``deterministic_draft`` drafter must send ``p=None``. For concurrency above one the speculator
+serves one drafter per sequence: the optional hook ``fork()`` returns a fresh drafter for another
+sequence (sharing read-only weights), else ``spawn`` builds one.
+
+    >>> from picker.engine.plugins import Capabilities
+    >>> spec = Speculator(object(), Capabilities(deterministic_draft=True))
+    >>> spec.hidden_layers, spec.wants_hidden
+    ((), False)
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from picker.engine.tree import TokenTree
 from picker.engine.verify import SiblingRegime
+from picker.engine.plugins import Capabilities
 from picker.errors import UserError
 
 
@@ -66,8 +79,7 @@ class DraftContext:
     prefill n is the prompt length. ``hidden[layer_index]`` is the same for the decoder layers the
     drafter lists in ``hidden_layers`` (EAGLE-3 fuses low/mid/high layers). The tensors come from
     ``torch.inference_mode``: clone them before using them in autograd. ``max_draft`` caps how
-    many draft nodes the loop will verify this step. ``want_scores``: the loop is profiling a
-    greedy chain and would like ``Draft.scores`` (optional; drafters that rank tokens send them).
+    many draft nodes the loop will verify this step.
     """
 
     tokens: Sequence[int]
@@ -76,7 +88,6 @@ class DraftContext:
     rng: np.random.Generator
     max_draft: int
     hidden: dict[Any, Any] | None = None
-    want_scores: bool = False
 
 
 @dataclass(frozen=True)
@@ -86,23 +97,22 @@ class Draft:
     ``p`` holds, per node, the draft distribution the node's token was drawn from (already warped
     with the step's sampling params), shape ``(M, V)``; ``None`` means deterministic proposals
     (n-gram, lookahead, top-k children), which the verifier treats as one-hot. ``siblings`` says how
-    sibling nodes were drawn (see ``picker.engine.verify``). ``scores``: optionally, per node, the scores
-    over the vocabulary the drafter ranked that node's token by (shape ``(M, V)``, any monotone
-    transform of its probabilities), sent when ``DraftContext.want_scores``; the verifier never
-    reads them, the profiler's sibling probe does (``picker.engine.siblings``).
+    sibling nodes were drawn (see ``picker.engine.verify``).
     """
 
     tree: TokenTree
     p: np.ndarray | None = None
     siblings: SiblingRegime = "iid"
-    scores: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.tree)
 
     @property
     def is_chain(self) -> bool:
-        return all(parent == i - 1 for i, parent in enumerate(self.tree.parents))
+        return self.tree.is_chain
+
+
+EMPTY_DRAFT = Draft(tree=TokenTree((), ()), p=None)  # "nothing to propose": plain decoding this step
 
 
 @dataclass(frozen=True)
@@ -119,7 +129,6 @@ class StepOutcome:
     emitted: tuple[int, ...]
     tokens: Sequence[int]  # the committed sequence after this step (live: copy what you keep)
     hidden: dict[Any, Any] | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
     # Raw (unwarped) target logits at the root and after every draft node, shape (M + 1, V):
     # lookahead reads its Jacobi window's next guesses from the same forward that verified.
     q_logits: np.ndarray | None = None
@@ -132,20 +141,72 @@ class Drafter(Protocol):
     def propose(self, ctx: DraftContext) -> Draft: ...
 
 
-def hidden_layers_of(drafter: object) -> tuple[int, ...]:
-    """Optional attribute: the target decoder layers whose hidden states the drafter reads."""
-    return tuple(int(i) for i in getattr(drafter, "hidden_layers", ()))
+class Speculator:
+    """A drafter bound to its declared capabilities: what the loop drives, one drafter per sequence.
+
+    ``spawn`` builds a fresh drafter for one more concurrent sequence when the drafter has no
+    ``fork()`` hook (plugins' factories do: ``lambda: build_drafter(plugin, ...)``).
+    """
+
+    def __init__(self, drafter: Drafter, capabilities: Capabilities,
+                 spawn: Callable[[], Drafter] | None = None) -> None:
+        self.capabilities = capabilities
+        self.wants_hidden = capabilities.needs_hidden_states
+        layers = getattr(drafter, "hidden_layers", None) if self.wants_hidden else ()
+        if layers is None:  # a declared capability the drafter does not back: fail at binding
+            raise TypeError(f"{type(drafter).__name__}: declares needs_hidden_states, has no hidden_layers")
+        self.hidden_layers = tuple(int(i) for i in layers)
+        self._drafters = [drafter]
+        self._spawn = spawn
+
+    def drafter(self, slot: int) -> Drafter:
+        """The drafter of concurrent sequence ``slot`` (0 = the bound one), made on first use."""
+        while len(self._drafters) <= slot:
+            fork = getattr(self._drafters[0], "fork", None)
+            if fork is None and self._spawn is None:
+                raise ValueError(f"{type(self._drafters[0]).__name__} serves one sequence: it has no "
+                                 "fork() and the Speculator was given no spawn")
+            self._drafters.append(fork() if fork is not None else self._spawn())  # type: ignore[misc]
+        return self._drafters[slot]
+
+    def propose(self, slot: int, ctx: DraftContext) -> Draft:
+        """The slot's drafter proposes; a deterministic drafter's draft must come without ``p``."""
+        draft = self.drafter(slot).propose(ctx)
+        if draft.p is not None and self.capabilities.deterministic_draft:
+            raise ValueError(f"{type(self._drafters[slot]).__name__} declares deterministic_draft "
+                             "but sent p: the verifier would trust a distribution it was told is one-hot")
+        return draft
+
+    def reset(self, slot: int, prompt_ids: Sequence[int]) -> None:
+        """Optional hook: drafters without ``reset`` are left alone."""
+        hook = getattr(self.drafter(slot), "reset", None)
+        if hook is not None:
+            hook(prompt_ids)
+
+    def observe(self, slot: int, outcome: StepOutcome) -> None:
+        """Optional hook: drafters without ``observe`` are left alone."""
+        hook = getattr(self.drafter(slot), "observe", None)
+        if hook is not None:
+            hook(outcome)
+
+
+def bind(drafter: Drafter | None, capabilities: Capabilities | None = None,
+         spawn: Callable[[], Drafter] | None = None) -> Speculator | None:
+    """``Speculator(drafter, capabilities)``, or None (plain decoding) when there is no drafter."""
+    if drafter is None:
+        return None
+    return Speculator(drafter, Capabilities() if capabilities is None else capabilities, spawn)
 
 
 def call_observe(drafter: Drafter, outcome: StepOutcome) -> None:
-    """Optional hook: drafters without ``observe`` are left alone."""
+    """Optional hook: drafters without ``observe`` are left alone (for wrappers of a drafter)."""
     hook = getattr(drafter, "observe", None)
     if hook is not None:
         hook(outcome)
 
 
 def call_reset(drafter: Drafter, prompt_ids: Sequence[int]) -> None:
-    """Optional hook: drafters without ``reset`` are left alone."""
+    """Optional hook: drafters without ``reset`` are left alone (for wrappers of a drafter)."""
     hook = getattr(drafter, "reset", None)
     if hook is not None:
         hook(prompt_ids)

@@ -16,6 +16,16 @@ so it enters the cache with the next forward.
     >>> ledger.cache_len, ledger.pending
     (12, (7,))
 
+Under load, a :class:`BatchLedger` keeps one :class:`KVLedger` per row of the backend's batched
+cache: sequences join (``admit``) and leave (``release``) at any step, and one
+:class:`BatchForward` plans every live row's forward at its own start, positions and tree.
+
+    >>> batch = BatchLedger(rows=2)
+    >>> batch.admit([1, 2, 3]), batch.admit([4, 5])
+    (0, 1)
+    >>> [f.start for f in batch.forward({0: TokenTree((), ()), 1: TokenTree((), ())}).plans]
+    [0, 0]
+
 Tree drafts: the accepted path's nodes need not be contiguous in the cache. :class:`CacheEdit` then
 lists the cache slots to keep, and the backend compacts them to ``base, base + 1, ...`` before
 cropping to ``length``. Each node was computed at position ``base + depth - 1``, and the k-th
@@ -24,24 +34,44 @@ node of an accepted path has depth k + 1, so after compaction slot == position, 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from picker.engine.tree import TokenTree
 from picker.engine.verify import VerifyResult
 
-__all__ = ["CacheEdit", "Forward", "KVLedger"]
+__all__ = ["BatchEdit", "BatchForward", "BatchLedger", "CacheEdit", "Forward", "KVLedger", "plan_forward"]
 
 
 @dataclass(frozen=True)
 class Forward:
-    """One target forward: the tokens to feed, their position ids, and where q_1 lands."""
+    """One sequence's share of a target forward: what to feed, at which positions, where q lands.
+
+    The backend consumes it as is: it writes the fed tokens' keys and values to slots
+    ``start .. start + len(tokens) - 1`` and lets each one see the committed slots ``< start``
+    plus the fed tokens ``visible`` says (causal among the pending tokens, tree attention among
+    the drafts).
+    """
 
     tokens: tuple[int, ...]  # the pending tokens, then the draft nodes in node order
     positions: tuple[int, ...]  # position id of every fed token
     start: int  # cache slot of the first fed token (the committed length)
     drafts: TokenTree  # the drafts fed after the pending tokens (a chain is a path)
-    q_rows: slice  # logits rows with q at the root, then after each draft node
+    q_rows: slice  # fed rows with q at the root, then after each draft node
+
+    @property
+    def n_pending(self) -> int:
+        return len(self.tokens) - len(self.drafts)
+
+
+def plan_forward(start: int, pending: Sequence[int], drafts: TokenTree) -> Forward:
+    """Feed ``pending`` causally at slot ``start`` onwards, then ``drafts`` with tree positions."""
+    n_pending = len(pending)
+    base = start + n_pending  # slot and position of the first draft node
+    positions = (*range(start, base), *(base + int(o) for o in drafts.position_offsets()))
+    # Row n_pending - 1 is the output after the last pending token: q at the root.
+    return Forward(tokens=(*pending, *drafts.tokens), positions=positions, start=start, drafts=drafts,
+                   q_rows=slice(n_pending - 1, n_pending + len(drafts)))
 
 
 @dataclass(frozen=True)
@@ -83,38 +113,16 @@ class KVLedger:
         return tuple(self._pending)
 
     @property
-    def cached_tokens(self) -> tuple[int, ...]:
-        """The committed tokens, slot by slot."""
-        return tuple(self._cached)
-
-    @property
     def sequence(self) -> tuple[int, ...]:
         """Every token emitted so far (prompt included): the cached ones, then the pending ones."""
         return (*self._cached, *self._pending)
-
-    @property
-    def physical_len(self) -> int:
-        """Entries the model's cache holds right now, drafts of a forward in flight included."""
-        if self._in_flight is None:
-            return self.cache_len
-        return self._in_flight.start + len(self._in_flight.tokens)
 
     def forward(self, drafts: Sequence[int] | TokenTree = ()) -> Forward:
         """Record a target forward of the pending tokens followed by ``drafts``; return its plan."""
         if self._in_flight is not None:
             raise RuntimeError("KVLedger.forward: the previous forward was not committed")
         tree = drafts if isinstance(drafts, TokenTree) else TokenTree.from_chain(drafts)
-        start, n_pending = self.cache_len, len(self._pending)
-        base = start + n_pending  # slot and position of the first draft node
-        positions = (*range(start, base), *(base + int(o) for o in tree.position_offsets()))
-        fwd = Forward(
-            tokens=(*self._pending, *tree.tokens),
-            positions=positions,
-            start=start,
-            drafts=tree,
-            # Row n_pending - 1 is the output after the last pending token: q at the root.
-            q_rows=slice(n_pending - 1, n_pending + len(tree)),
-        )
+        fwd = plan_forward(self.cache_len, self._pending, tree)
         self._in_flight = fwd
         return fwd
 
@@ -135,3 +143,69 @@ class KVLedger:
         self._pending = [result.extra_token]
         self._in_flight = None
         return CacheEdit(length=base + len(nodes), base=base, keep=tuple(base + i for i in nodes))
+
+
+@dataclass(frozen=True)
+class BatchForward:
+    """One target forward over several sequences: ``plans[i]`` goes to cache row ``rows[i]``."""
+
+    rows: tuple[int, ...]
+    plans: tuple[Forward, ...]
+
+    @property
+    def width(self) -> int:
+        """Fed tokens per row once padded to the longest row (T of the forward's (B, T) input)."""
+        return max(len(f.tokens) for f in self.plans)
+
+
+@dataclass(frozen=True)
+class BatchEdit:
+    """Per-row rollbacks after one batched verification (``edits[i]`` for cache row ``rows[i]``)."""
+
+    rows: tuple[int, ...]
+    edits: tuple[CacheEdit, ...]
+
+
+class BatchLedger:
+    """One :class:`KVLedger` per cache row; rows are lent to sequences and given back."""
+
+    def __init__(self, rows: int) -> None:
+        if rows < 1:
+            raise ValueError("BatchLedger: need at least one row")
+        self._rows: list[KVLedger | None] = [None] * rows
+
+    @property
+    def free(self) -> int:
+        """Rows no sequence holds."""
+        return self._rows.count(None)
+
+    @property
+    def live(self) -> tuple[int, ...]:
+        """Rows held by a sequence, in row order."""
+        return tuple(r for r, led in enumerate(self._rows) if led is not None)
+
+    def admit(self, prompt: Iterable[int]) -> int:
+        """Give the lowest free row to a new sequence (its prompt all pending); return the row."""
+        row = self._rows.index(None)  # ValueError when full: the caller checks ``free``
+        self._rows[row] = KVLedger(prompt)
+        return row
+
+    def release(self, row: int) -> None:
+        """The sequence in ``row`` is done: the row (and its stale cache slots) can be lent again."""
+        self._rows[row] = None
+
+    def __getitem__(self, row: int) -> KVLedger:
+        led = self._rows[row]
+        if led is None:
+            raise KeyError(f"BatchLedger: row {row} is free")
+        return led
+
+    def forward(self, drafts: Mapping[int, TokenTree]) -> BatchForward:
+        """Plan one forward: every row in ``drafts`` feeds its pending tokens, then its tree."""
+        rows = tuple(sorted(drafts))
+        return BatchForward(rows, tuple(self[r].forward(drafts[r]) for r in rows))
+
+    def commit(self, results: Mapping[int, VerifyResult]) -> BatchEdit:
+        """Commit every row's verification; the per-row cache edits for the backend."""
+        rows = tuple(sorted(results))
+        return BatchEdit(rows, tuple(self[r].commit(results[r]) for r in rows))

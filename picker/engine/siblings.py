@@ -12,7 +12,10 @@ extra target forward: at a rejected position i both distributions are known (``q
 Greedy (T = 0): a tree's children are the drafter's top-k tokens and the verifier accepts the one
 equal to the target's argmax, so rank r is accepted exactly when the target's token is the drafter's
 r-th choice: :func:`greedy_sibling_counts` reads that rank from the drafter's scores at the
-rejected position (``Draft.scores``, sent when the loop asks for them).
+rejected position (the optional profiling hook ``last_scores()`` of drafters that rank tokens).
+
+:class:`SiblingProbe` is the observer the profiler attaches to the loop
+(``picker.engine.loop.serve(..., observer=probe)``): none of this rides in the drafter contract.
 
 Sampling: siblings drawn one after another *without replacement* from ``p_i`` (Gumbel-top-k), the
 regime ``picker.engine.verify`` calls ``"without_replacement"`` and Medusa's sampled trees use. Rank 2 is
@@ -30,11 +33,16 @@ expected counts, each weighted by the probability that the earlier ranks were re
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
-from picker.engine.sampling import FloatArray, residual
+from picker.engine.drafting import Draft, Drafter, SamplingParams
+from picker.engine.sampling import FloatArray, residual, warp
+from picker.engine.verify import VerifyResult
 
-__all__ = ["greedy_sibling_counts", "sibling_counts"]
+__all__ = ["SiblingProbe", "greedy_sibling_counts", "sibling_counts"]
+Counts = tuple[tuple[float, ...], tuple[float, ...]]
 
 
 def sibling_counts(q: FloatArray, p: FloatArray, d: int, *, topk: int,
@@ -94,3 +102,42 @@ def greedy_sibling_counts(scores: FloatArray, target: int, drafted: int, *,
     r = rank(target)  # 0-based; >= 1 here
     ranks = np.arange(1, topk)  # 0-based ranks of siblings 2..topk
     return (r >= ranks).astype(float), (r == ranks).astype(float)
+
+
+class SiblingProbe:
+    """Loop observer: at each rejection of a chain, what ranks 2..``topk`` of a tree would have
+    accepted there -- a sampled tree's when sampling (the draft sent ``p``), a greedy top-k tree's
+    at T = 0 (drafters with ``last_scores()``). It draws from its own generator, so the output is
+    unchanged. ``steps[request]`` holds one ``(reached, accepted)`` per step, empty where nothing
+    was measured; ``seconds`` is its own time (the loop keeps it out of decoding time).
+    """
+
+    def __init__(self, topk: int, seed: int = 0) -> None:
+        self.topk, self.rng = topk, np.random.default_rng(seed)
+        self.steps: dict[int, list[Counts]] = {}
+        self.seconds = 0.0
+
+    def on_step(self, request: int, drafter: Drafter | None, draft: Draft, result: VerifyResult,
+                q_logits: np.ndarray, sampling: SamplingParams) -> None:
+        t0 = time.perf_counter()
+        counts = self._counts(drafter, draft, result, q_logits, sampling)
+        self.steps.setdefault(request, []).append(
+            ((), ()) if counts is None else (tuple(map(float, counts[0])), tuple(map(float, counts[1]))))
+        self.seconds += time.perf_counter() - t0
+
+    def _counts(self, drafter: Drafter | None, draft: Draft, result: VerifyResult, q_logits: np.ndarray,
+                sampling: SamplingParams) -> tuple[FloatArray, FloatArray] | None:
+        k = result.num_accepted  # the rejected position: q_k and the draft's ranking are known
+        if self.topk < 2 or not draft.is_chain or k >= len(draft):
+            return None
+        if sampling.greedy:
+            ranked = getattr(drafter, "last_scores", None)  # optional profiling hook
+            scores = ranked() if ranked is not None else None
+            if scores is None:
+                return None
+            return greedy_sibling_counts(scores[k], int(np.argmax(q_logits[k])), draft.tree.tokens[k],
+                                         topk=self.topk)
+        if draft.p is None:
+            return None
+        q_k = warp(q_logits[k], sampling.temperature, sampling.top_k, sampling.top_p)
+        return sibling_counts(q_k, draft.p[k], draft.tree.tokens[k], topk=self.topk, rng=self.rng)

@@ -103,6 +103,11 @@ class TokenTree:
             depth.append(1 if par < 0 else depth[par] + 1)
         return tuple(depth)
 
+    @cached_property
+    def is_chain(self) -> bool:
+        """True for a path ``0 <- 1 <- ... <- M-1`` (the empty tree included): no tree mask needed."""
+        return all(parent == i - 1 for i, parent in enumerate(self.parents))
+
     @property
     def max_depth(self) -> int:
         """Length of the longest root-to-leaf path (0 for an empty tree)."""

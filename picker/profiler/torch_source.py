@@ -37,12 +37,14 @@ from picker.tasks import Prompt, render_turn
 SIBLING_RANKS = 8
 
 
-def step_counters(steps: Sequence[Any]) -> dict[str, Any]:
-    """Sum the loop's per-step records (``picker.engine.loop.StepRecord``) into record counters."""
+def step_counters(steps: Sequence[Any], siblings: Sequence[tuple[Sequence[float], Sequence[float]]] = ()
+                  ) -> dict[str, Any]:
+    """Sum the loop's per-step records (``picker.engine.loop.StepRecord``) into record counters;
+    ``siblings``: the sibling probe's ``(reached, accepted)`` per step (``SiblingProbe.steps``)."""
     reached: list[int] = []
     acc: list[int] = []
     out = {"forwards": len(steps), "steps": 0, "draft_steps": 0, "drafted": 0, "accepted": 0,
-           "draft_s": 0.0, "verify_s": 0.0, "probe_s": 0.0}
+           "draft_s": 0.0, "verify_s": 0.0}
     for i, s in enumerate(steps):
         if i == 0:
             continue  # the prefill: no draft, and its forward is no verify
@@ -52,7 +54,6 @@ def step_counters(steps: Sequence[Any]) -> dict[str, Any]:
         out["accepted"] += s.accepted
         out["draft_s"] += s.draft_seconds
         out["verify_s"] += s.verify_seconds
-        out["probe_s"] += getattr(s, "probe_seconds", 0.0)
         examined = s.accepted + (1 if s.first_rejection is not None else 0)
         while len(reached) < examined:
             reached.append(0)
@@ -61,8 +62,7 @@ def step_counters(steps: Sequence[Any]) -> dict[str, Any]:
             reached[k] += 1
             acc[k] += 1 if k < s.accepted else 0
     # The sibling probe's expected counts, summed position by position like any counter list.
-    sib = _sum([{"sib_reached": list(getattr(s, "sibling_reached", ())),
-                 "sib_accepted": list(getattr(s, "sibling_accepted", ()))} for s in steps[1:]])
+    sib = _sum([{"sib_reached": list(r), "sib_accepted": list(a)} for r, a in siblings[1:]])
     return {**out, "pos_reached": reached, "pos_accepted": acc, "sib_reached": sib.get("sib_reached", []),
             "sib_accepted": sib.get("sib_accepted", [])}
 
@@ -132,8 +132,9 @@ class TorchSource:
     def _one(self, cell: CellKey, prompt: Prompt, params: GenParams) -> Record:
         import numpy as np
 
-        from picker.engine.drafting import SamplingParams
+        from picker.engine.drafting import SamplingParams, bind
         from picker.engine.loop import generate
+        from picker.engine.siblings import SiblingProbe
 
         drafter, caps, max_draft = self._drafter(cell)
         # One seeded stream per (prompt, cell): reruns reproduce, cells never share draws.
@@ -141,17 +142,20 @@ class TorchSource:
         history: list[str] = []
         tokens, turns_counters = 0, []
         start = time.perf_counter()
+        probe_s = 0.0
         for turn in range(len(prompt.turns)):
             ids = self._encode(render_turn(prompt, turn, history), params.max_new_tokens, cell.num_draft_tokens)
-            gen = generate(self.target, ids, drafter, caps, sampling=SamplingParams(temperature=cell.temperature),
+            # Tree-capable drafters run as chains here; the probe measures what their siblings would add.
+            probe = SiblingProbe(SIBLING_RANKS) if caps is not None and caps.tree else None
+            gen = generate(self.target, ids, bind(drafter, caps), sampling=SamplingParams(temperature=cell.temperature),
                            max_new_tokens=params.max_new_tokens, max_draft=max_draft,
-                           rng=rng, eos_token_id=self.eos, tokenizer=self.tokenizer,
-                           probe_siblings=SIBLING_RANKS if caps is not None and caps.tree else 0)
+                           rng=rng, eos_token_id=self.eos, tokenizer=self.tokenizer, observer=probe)
             history.append(gen.text or "")
             tokens += len(gen.tokens)
-            turns_counters.append(step_counters(gen.records))
+            turns_counters.append(step_counters(gen.records, probe.steps.get(0, []) if probe is not None else ()))
+            probe_s += probe.seconds if probe is not None else 0.0
         c = _sum(turns_counters)
-        wall = time.perf_counter() - start - c["probe_s"]  # the sibling probe is not decoding time
+        wall = time.perf_counter() - start - probe_s  # the sibling probe is not decoding time
         return Record(cell=cell, prompt_ids=(prompt.id,), tokens=tokens, forwards=c["forwards"], steps=c["steps"],
                       draft_steps=c["draft_steps"], drafted=c["drafted"], accepted=c["accepted"],
                       pos_reached=tuple(c["pos_reached"]),

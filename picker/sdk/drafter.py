@@ -15,7 +15,7 @@ integration needs — the loop itself stays the one loop (STYLE.md, habit 1):
     >>> from picker.sdk.controller import Controller
     >>> ctl = Controller.from_profile("profiles/code-assistant-8b-a100.yaml")   # doctest: +SKIP
     >>> drafter = ControlledDrafter(inner, ctl, task="code")                      # doctest: +SKIP
-    >>> out = generate(target, prompt, drafter, caps, max_new_tokens=64)          # doctest: +SKIP
+    >>> out = generate(target, prompt, bind(drafter, caps), max_new_tokens=64)    # doctest: +SKIP
     >>> drafter.decisions["speculate"], drafter.decisions.get("off_below_break_even", 0)  # doctest: +SKIP
     (62, 0)
 
@@ -29,11 +29,9 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 
-from picker.engine.drafting import Draft, DraftContext, Drafter, StepOutcome, call_observe, call_reset
-from picker.engine.tree import TokenTree
+from picker.engine.drafting import EMPTY_DRAFT, Draft, DraftContext, Drafter, StepOutcome, call_observe, call_reset
 from picker.sdk.controller import Controller, SpecConfig
 
-EMPTY = Draft(tree=TokenTree((), ()), p=None)
 
 
 class ControlledDrafter:
@@ -75,7 +73,7 @@ class ControlledDrafter:
         self.last = cfg
         self.decisions[cfg.reason] += 1
         if not cfg.num_speculative_tokens:
-            return EMPTY
+            return EMPTY_DRAFT
         budget = cfg.tree.num_draft_tokens - 1 if cfg.tree is not None else cfg.num_speculative_tokens
         return self.inner.propose(dataclasses.replace(ctx, max_draft=min(ctx.max_draft, budget)))
 

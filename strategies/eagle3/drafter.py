@@ -23,6 +23,7 @@ much more of a flat target's mass than ``q(d)`` for a top-k guess does.
     >>> from picker.engine.drafting import DraftContext, SamplingParams
     >>> from strategies.eagle3.model import Eagle3Config, Eagle3Head
     >>> from strategies.eagle3.train import FrozenTarget
+    >>> _ = torch.manual_seed(0)                      # an untrained head: seeded, so the tree is fixed
     >>> cfg = Eagle3Config(hidden_size=8, intermediate_size=16, num_heads=2, num_kv_heads=1,
     ...                    vocab_size=20, feature_layers=(0, 0, 0), topk=2, depth=3,
     ...                    num_draft_tokens=5)
@@ -38,6 +39,7 @@ much more of a flat target's mass than ``q(d)`` for a top-k guess does.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -45,13 +47,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from picker.engine.drafting import Draft, DraftContext, MissingArtifact, SamplingParams, StepOutcome
+from picker.engine.drafting import EMPTY_DRAFT, Draft, DraftContext, MissingArtifact, SamplingParams, StepOutcome
 from picker.engine.sampling import inverse_cdf, warp
 from picker.engine.tree import TokenTree
 from strategies.eagle3.model import CONFIG_NAME, KV, Eagle3Head, causal_mask
 from strategies.eagle3.train import FrozenTarget
-
-EMPTY = Draft(tree=TokenTree((), ()), p=None)
 
 
 class Eagle3Drafter:
@@ -76,6 +76,18 @@ class Eagle3Drafter:
         self.past: KV | None = None
         self.next_pos = 0            # first target position without a cache entry
         self.root: torch.Tensor | None = None  # (1, 1, H) layer output at position next_pos - 1
+        self._ranked: list[torch.Tensor] = []  # a top-1 chain's logits per depth (profiling)
+
+    def fork(self) -> Eagle3Drafter:
+        """A drafter for another concurrent sequence: the same head, its own draft cache."""
+        clone = copy.copy(self)
+        clone.reset(())
+        return clone
+
+    def last_scores(self) -> np.ndarray | None:
+        """Profiling hook (``picker.engine.siblings.SiblingProbe``): for a top-1 chain, the logits
+        that ranked each node's token; None for trees and sampled chains."""
+        return np.stack([r.float().numpy() for r in self._ranked]) if self._ranked else None
 
     def observe(self, outcome: StepOutcome) -> None:
         """Append the accepted positions' target features as soon as the loop reports them."""
@@ -121,13 +133,14 @@ class Eagle3Drafter:
         budget = min(self.num_draft_tokens - 1, ctx.max_draft)
         # The root must sit at the position that produced the pending token, or we would guess blind.
         if self.root is None or self.next_pos != len(ctx.tokens) - 1 or budget <= 0:
-            return EMPTY
+            return EMPTY_DRAFT
         sampling = ctx.sampling
+        self._ranked = []
         if self.sample_drafts and not sampling.greedy:
             return self._sampled_chain(min(self.depth, budget), sampling, ctx.rng)
         # Scores estimate acceptance: calibrated argmax confidence at T = 0, p_T(d) at T > 0.
         t = self.head.config.greedy_temperature if sampling.greedy else sampling.temperature
-        return self._grow(budget, 1.0 / t, ctx.want_scores and self.topk == 1)
+        return self._grow(budget, 1.0 / t)
 
     @torch.inference_mode()
     def _sampled_chain(self, n: int, sampling: SamplingParams, rng: np.random.Generator) -> Draft:
@@ -149,14 +162,14 @@ class Eagle3Drafter:
         return Draft(tree=TokenTree.from_chain(chain.tokens), p=np.stack(rows))
 
     @torch.inference_mode()
-    def _grow(self, budget: int, inv_t: float, want_scores: bool = False) -> Draft:
+    def _grow(self, budget: int, inv_t: float) -> Draft:
         """Expand the best ``topk`` nodes per depth, then keep the ``budget`` best-scoring nodes.
 
-        ``want_scores`` (a chain, top-k 1): also send each depth's logits, which ranked its token."""
+        A top-1 chain also keeps each depth's logits, which ranked its token (``last_scores``)."""
         assert self.past is not None and self.root is not None
         k, base = self.topk, self.next_pos - 1  # base: position of the root entry
         tree = _Growth()
-        rows: list[np.ndarray] | None = [] if want_scores else None
+        rows: list[torch.Tensor] | None = [] if self.topk == 1 else None
         tokens, logps = self._top(self.root, inv_t, rows)
         frontier = tree.add_children(-1, tokens[0], logps[0], depth=1)
         for depth in range(2, self.depth + 1):
@@ -174,16 +187,16 @@ class Eagle3Drafter:
                 frontier += tree.add_children(n, tokens[i], logps[i], depth)
         best = tree.best(budget)
         # A chain keeps its first len(best) depths (scores fall along it), one logits row each.
-        scores = np.stack(rows[: len(best)]) if rows else None
-        return Draft(tree=best, p=None, scores=scores)
+        self._ranked = rows[: len(best)] if rows else []
+        return Draft(tree=best, p=None)
 
     def _top(self, g: torch.Tensor, inv_t: float,
-             rows: list[np.ndarray] | None = None) -> tuple[list[list[int]], list[list[float]]]:
+             rows: list[torch.Tensor] | None = None) -> tuple[list[list[int]], list[list[float]]]:
         """Per row of ``g`` (1, R, H): the ``topk`` tokens and their log draft probabilities
-        (``rows``: also collect the full logits of the first row, for the sibling probe)."""
+        (``rows``: also keep the full logits of the first row, for the sibling probe)."""
         logits = self.target.logits(g)[0]
         if rows is not None:
-            rows.append(logits[0].float().numpy())
+            rows.append(logits[0])
         top = torch.log_softmax(logits * inv_t, dim=-1).topk(self.topk, dim=-1)
         return top.indices.tolist(), top.values.tolist()
 

@@ -40,10 +40,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from picker.engine.drafting import Draft, DraftContext, StepOutcome
+from picker.engine.drafting import EMPTY_DRAFT, Draft, DraftContext, StepOutcome
 from picker.engine.tree import TokenTree
-
-EMPTY = Draft(tree=TokenTree((), ()), p=None)
 
 
 class _Trie:
@@ -90,6 +88,10 @@ class LookaheadDrafter:
         self._pool = {}
         self._top = []
 
+    def fork(self) -> LookaheadDrafter:
+        """A drafter for another concurrent sequence: the same W, N, G; its own window and pool."""
+        return LookaheadDrafter(window=self.W, ngram=self.N, verify_set=self.G)
+
     def propose(self, ctx: DraftContext) -> Draft:
         if not self._levels:
             self.reset(ctx.tokens)
@@ -109,7 +111,7 @@ class LookaheadDrafter:
                 node = trie.add(node, level[j])
             self._top.append(node)
         if not trie.tokens:
-            return EMPTY
+            return EMPTY_DRAFT
         return Draft(TokenTree(tuple(trie.tokens), tuple(trie.parents)), p=None)
 
     def observe(self, outcome: StepOutcome) -> None:

@@ -26,6 +26,7 @@ drawn from the heads' warped distributions and sent with ``p``: the verifier the
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -33,12 +34,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from picker.engine.drafting import Draft, DraftContext, MissingArtifact, SamplingParams
+from picker.engine.drafting import EMPTY_DRAFT, Draft, DraftContext, MissingArtifact, SamplingParams
 from picker.engine.sampling import warp
 from picker.engine.tree import TokenTree
 from strategies.medusa.heads import CONFIG_NAME, MedusaHeads
-
-EMPTY = Draft(tree=TokenTree((), ()), p=None)
 
 
 class MedusaDrafter:
@@ -60,6 +59,18 @@ class MedusaDrafter:
         self.sample_drafts = sample_drafts
         # Per cut size n: (choices[:n], heads needed, top-k width needed, the tree's shape).
         self._plans = [self._plan(n) for n in range(len(self.choices) + 1)]
+        self._ranked: torch.Tensor | None = None  # per node of the last top-k draft: its head's logits
+
+    def fork(self) -> MedusaDrafter:
+        """Another concurrent sequence's drafter: the same heads (it keeps no per-sequence state)."""
+        clone = copy.copy(self)
+        clone._ranked = None
+        return clone
+
+    def last_scores(self) -> np.ndarray | None:
+        """Profiling hook (``picker.engine.siblings.SiblingProbe``): per node of the last top-k draft,
+        the logits of the head that ranked it; None after a sampled draft."""
+        return None if self._ranked is None else self._ranked.float().numpy()
 
     def _plan(self, n: int) -> tuple[tuple[tuple[int, ...], ...], int, int, TokenTree]:
         used = self.choices[:n]
@@ -72,16 +83,17 @@ class MedusaDrafter:
     def propose(self, ctx: DraftContext) -> Draft:
         hidden = None if ctx.hidden is None else ctx.hidden.get("last")
         if hidden is None or len(hidden) == 0 or ctx.max_draft <= 0:
-            return EMPTY  # nothing to read yet (or no room): plain decoding this step
+            return EMPTY_DRAFT  # nothing to read yet (or no room): plain decoding this step
         used, depth, width, shape = self._plans[min(ctx.max_draft, len(self.choices))]
         h = torch.as_tensor(hidden[-1], dtype=self.lm_head.dtype)
         logits = self.heads.logits(h, self.lm_head, heads=depth)        # (depth, V)
+        self._ranked = None
         if self.sample_drafts and not ctx.sampling.greedy:
             return sampled_tree(shape, logits.double().numpy(), ctx.sampling, ctx.rng)
         candidates = logits.topk(width, dim=-1).indices.tolist()        # ranks per head
-        # Profiling asks for the ranking: node c (a path of length d) was ranked by head d.
-        scores = logits[[len(c) - 1 for c in used]].float().numpy() if ctx.want_scores else None
-        return Draft(tree=TokenTree.from_choices(used, candidates), p=None, scores=scores)
+        # Kept for the profiler's ranking (a view, no copy): node c (a path of length d) was ranked by head d.
+        self._ranked = logits[[len(c) - 1 for c in used]]
+        return Draft(tree=TokenTree.from_choices(used, candidates), p=None)
 
 
 def sampled_tree(shape: TokenTree, logits: np.ndarray, sampling: SamplingParams,

@@ -23,10 +23,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from picker.engine.drafting import Draft, DraftContext, StepOutcome
+from picker.engine.drafting import EMPTY_DRAFT, Draft, DraftContext, StepOutcome
 from picker.engine.tree import TokenTree
-
-EMPTY = Draft(tree=TokenTree((), ()), p=None)
 
 
 class PromptLookupDrafter:
@@ -46,6 +44,10 @@ class PromptLookupDrafter:
         self._ends = {n: {} for n in self.sizes}
         self._next_end = 0
         self._extend(prompt_ids)
+
+    def fork(self) -> PromptLookupDrafter:
+        """A drafter for another concurrent sequence: the same knobs, an empty index."""
+        return PromptLookupDrafter(self.num_draft_tokens, n_max=self.sizes[0], n_min=self.sizes[-1])
 
     def observe(self, outcome: StepOutcome) -> None:
         self._extend(outcome.tokens)
@@ -78,7 +80,7 @@ class PromptLookupDrafter:
                 i = end + j
                 chain.append(tokens[i] if i < length else chain[i - length])
             return Draft(TokenTree.from_chain(chain), p=None)
-        return EMPTY
+        return EMPTY_DRAFT
 
 
 def make_drafter(

@@ -26,6 +26,7 @@ never reads it), which saves warping a row per draft token.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,14 +34,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from picker.engine.backend import TorchBackend
-from picker.engine.drafting import Draft, DraftContext, MissingArtifact
+from picker.engine.drafting import EMPTY_DRAFT, Draft, DraftContext, MissingArtifact
 from picker.engine.sampling import inverse_cdf, warp
 from picker.engine.tree import TokenTree
 
 if TYPE_CHECKING:
     import torch
-
-EMPTY = Draft(tree=TokenTree((), ()), p=None)
 
 
 class DraftModelDrafter:
@@ -58,10 +57,17 @@ class DraftModelDrafter:
         self.draft.reset()
         self._fed, self._synced = [], 0
 
+    def fork(self) -> DraftModelDrafter:
+        """A drafter for another concurrent sequence: the same draft weights, its own draft cache."""
+        clone = copy.copy(self)
+        clone.draft = TorchBackend(self.draft.model, hidden_layers=self.draft.hidden_layers)
+        clone._fed, clone._synced = [], 0
+        return clone
+
     def propose(self, ctx: DraftContext) -> Draft:
         n = min(self.num_draft_tokens, ctx.max_draft)
         if n < 1:
-            return EMPTY
+            return EMPTY_DRAFT
         logits = self._catch_up(ctx.tokens)
         s = ctx.sampling
         chain: list[int] = []
@@ -90,8 +96,8 @@ class DraftModelDrafter:
     def _catch_up(self, tokens: Sequence[int]) -> torch.Tensor:
         """Bring the draft's cache in line with ``tokens``; the draft's logits after the last one."""
         # 1. Roll back: keep the longest prefix of the draft's cache that was committed.
-        keep = self._synced
         limit = min(len(self._fed), len(tokens) - 1)  # the pending token is never in the cache
+        keep = min(self._synced, limit)  # (proposing twice at one context re-feeds the pending token)
         while keep < limit and self._fed[keep] == tokens[keep]:
             keep += 1
         self.draft.crop(keep)

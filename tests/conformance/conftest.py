@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from picker.engine.backend import TorchBackend
-from picker.engine.drafting import Drafter, MissingArtifact
+from picker.engine.drafting import Drafter, MissingArtifact, Speculator
 from picker.engine.plugins import StrategyPlugin, load_strategies
 from tests.conformance.third_party import discoverable
 
@@ -36,11 +36,13 @@ except subprocess.CalledProcessError as exc:  # no index for pip's isolated buil
 
 @dataclass
 class Strategy:
-    """A registered plugin with its drafter built on the zoo target."""
+    """A registered plugin with its drafter built on the zoo target, bound to its capabilities
+    (``spec``: one drafter per concurrent sequence, forked or built anew)."""
 
     name: str
     plugin: StrategyPlugin
     drafter: Drafter
+    spec: Speculator
 
     @property
     def caps(self) -> Any:
@@ -85,4 +87,8 @@ def strategy(request: pytest.FixtureRequest, target: TorchBackend, artifacts: di
             drafter = build_drafter(plugin, target, artifacts)
         except MissingArtifact as exc:
             pytest.skip(f"{name}: {exc} -- not in the zoo build yet")
-    yield Strategy(name, plugin, drafter)
+    def spawn() -> Drafter:
+        with discoverable():
+            return build_drafter(plugin, target, artifacts)
+
+    yield Strategy(name, plugin, drafter, Speculator(drafter, plugin.capabilities, spawn))

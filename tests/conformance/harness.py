@@ -22,6 +22,7 @@ from scipy import stats
 
 from picker.engine.backend import ForwardOutput, TorchBackend
 from picker.engine.drafting import SamplingParams
+from picker.engine.rollback import BatchEdit, BatchForward, Forward, plan_forward
 from picker.engine.sampling import warp
 from picker.engine.tree import TokenTree
 
@@ -29,135 +30,150 @@ Key = tuple[int, ...]
 
 
 class CheckingBackend(TorchBackend):
-    """After every rollback: cache == fresh prefill of the kept tokens (counts rejections seen)."""
+    """After every rollback that dropped entries: each row's cache == a fresh prefill of the tokens
+    the ledger keeps there (counts rejections seen). The ledger's plans say what every slot holds."""
 
-    def __init__(self, model: torch.nn.Module) -> None:
-        super().__init__(model)
+    def __init__(self, model: torch.nn.Module, rows: int = 1) -> None:
+        super().__init__(model, rows=rows)
         self.reference = TorchBackend(model)
-        self.slots: list[int] = []
+        self.slots: dict[int, list[int]] = {}  # per row: the token in each slot
+        self._finals: list[list[int]] = []
         self.rollbacks_with_rejection = 0
         self.mismatches: list[str] = []
 
-    def reset(self) -> None:
-        super().reset()
-        self.slots = []
-
-    def forward(self, tokens: Sequence[int], tree: TokenTree | None = None, **kw: Any) -> ForwardOutput:
-        out = super().forward(tokens, tree, **kw)
-        self.slots.extend([*tokens, *(() if tree is None else tree.tokens)])
+    def run(self, batch: BatchForward, **kw: Any) -> ForwardOutput:
+        out = super().run(batch, **kw)
+        for row, plan in zip(batch.rows, batch.plans):
+            if plan.start == 0 and self.slots.get(row):  # a new sequence took the row
+                self._finals.append(self.slots[row])
+            self.slots[row] = [*self.slots.get(row, [])[: plan.start], *plan.tokens]
         return out
 
-    def crop(self, length: int) -> None:
-        super().crop(length)
-        self._dropped = len(self.slots) - length
-        del self.slots[length:]
+    def finals(self) -> list[list[int]]:
+        """What each row held when its sequence ended (for rows since reused) or holds now."""
+        return [*self._finals, *self.slots.values()]
 
-    def keep(self, indices: Sequence[int], base: int) -> None:
-        kept = [self.slots[i] for i in indices]
-        super().keep(indices, base)  # ends in self.crop(...), which trims self.slots
-        self.slots[base:] = kept
+    def apply(self, edit: BatchEdit) -> None:
+        super().apply(edit)
+        for row, e in zip(edit.rows, edit.edits):
+            before = self.slots[row]
+            self.slots[row] = [*before[: e.base], *(before[i] for i in e.keep)]
+            if len(self.slots[row]) < len(before):
+                self.rollbacks_with_rejection += 1
+                self._compare(row)
 
-    def rollback(self, edit: Any) -> None:
-        before = len(self.slots)
-        super().rollback(edit)
-        if len(self.slots) < before:
-            self.rollbacks_with_rejection += 1
-            self._compare()
-
-    def _compare(self) -> None:
-        self.reference.prefill(self.slots)
-        for layer, ((k, v), (rk, rv)) in enumerate(zip(self.cache_tensors(), self.reference.cache_tensors())):
+    def _compare(self, row: int) -> None:
+        kept = self.slots[row]
+        self.reference.prefill(kept)
+        for layer, ((k, v), (rk, rv)) in enumerate(zip(self.cache_tensors(row, len(kept)),
+                                                       self.reference.cache_tensors())):
             if k.shape != rk.shape or not (torch.allclose(k, rk, atol=1e-4) and torch.allclose(v, rv, atol=1e-4)):
-                self.mismatches.append(f"layer {layer} after keeping {len(self.slots)} slots")
+                self.mismatches.append(f"row {row} layer {layer} after keeping {len(kept)} slots")
 
 
 class ReplayBackend(TorchBackend):
     """Forwards answered row by row from a memo keyed by each row's whole context; exact.
 
     Under causal and tree attention, the output at a fed row is a function of that row's context
-    alone: the cached tokens, the pending tokens up to it, and (for a draft node) its root path.
+    alone: the committed tokens, the pending tokens up to it, and (for a draft node) its root path.
     So rows seen before in any earlier forward -- the same prompt, a draft chain sharing a prefix
-    with an earlier one -- are answered without the model; a forward with any new row runs for
-    real (after bringing the real cache to the same state) and records all its rows.
+    with an earlier one -- are answered without the model; a sequence with any new row runs for
+    real, alone, on a one-row backend (after bringing its cache to the same state) and records all
+    its rows. Batched runs are answered the same way, sequence by sequence: the double tests the
+    loop's batching logic (ledger, per-row verification, stopping, admission), not batched kernels.
     """
 
-    def __init__(self, model: torch.nn.Module) -> None:
-        super().__init__(model)
-        self.slots: list[int] = []  # what the loop believes the cache holds
-        self.real: list[int] = []   # what the real cache holds
-        self._causal = 0            # real[:_causal] was fed causally (safe to reuse)
+    def __init__(self, model: torch.nn.Module, rows: int = 1) -> None:
+        super().__init__(model, rows=rows)
+        self.real = _RealCache(model)
+        self.slots: dict[int, list[int]] = {}  # per row: what the loop believes the cache holds
         self.memo: dict[tuple[Any, ...], tuple[torch.Tensor, dict[Any, torch.Tensor] | None]] = {}
         self.misses = 0
-        self._real_mode = False     # inside a real forward: positions come from the real cache
-
-    @property
-    def length(self) -> int:
-        # The loop sees the slots it believes in; a real forward (the base class reads ``length``
-        # for its positions) must see the real cache, which differs while it is being re-synced.
-        return self._layers[0].length if self._real_mode else len(self.slots)
 
     def reset(self) -> None:
-        self.slots = []
+        self.slots = {}
 
     def forward(self, tokens: Sequence[int], tree: TokenTree | None = None, **kw: Any) -> ForwardOutput:
-        hidden, layers = kw.get("hidden", False), kw.get("layers")
-        opts = (hidden, None if layers is None else tuple(layers))
-        base, fed = tuple(self.slots), tuple(tokens)
-        contexts = [base + fed[: j + 1] for j in range(len(fed))]
-        if tree is not None:
-            contexts += [base + fed + tuple(tree.tokens[k] for k in tree.path(i)) for i in range(len(tree))]
-        rows = [self.memo.get((c, opts)) for c in contexts]
-        if any(r is None for r in rows):
-            self.misses += 1
-            self._run_for_real(tokens, tree, contexts, opts, kw)
-            rows = [self.memo[(c, opts)] for c in contexts]
-        self.slots.extend([*tokens, *(() if tree is None else tree.tokens)])
+        """Row 0 without a ledger (appends after what it holds), as ``TorchBackend.forward``."""
+        plan = plan_forward(len(self.slots.get(0, [])), tokens, TokenTree((), ()) if tree is None else tree)
+        out = self.run(BatchForward((0,), (plan,)), hidden=kw.get("hidden", False), layers=kw.get("layers"))
         first = kw.get("logits_from", 0)
-        logits = torch.stack([r[0] for r in rows[first:]])[None]
+        return ForwardOutput(out.logits[:, first:], None if out.hidden is None else out.hidden)
+
+    def run(self, batch: BatchForward, *, hidden: bool = False, layers: Sequence[int] | None = None,
+            logits_from: int | None = None) -> ForwardOutput:
+        opts = (hidden, None if layers is None else tuple(layers))
+        per_row = [self._rows(row, plan, opts) for row, plan in zip(batch.rows, batch.plans)]
+        width = batch.width
+        logits = torch.zeros((len(per_row), width, self.vocab_size), dtype=per_row[0][0][0].dtype)
+        for i, rows in enumerate(per_row):
+            logits[i, : len(rows)] = torch.stack([r[0] for r in rows])
         if not hidden:
             return ForwardOutput(logits)
-        keys = rows[0][1].keys()  # type: ignore[union-attr]
-        return ForwardOutput(logits, {k: torch.stack([r[1][k] for r in rows])[None] for k in keys})  # type: ignore[index]
+        keys = per_row[0][0][1].keys()  # type: ignore[union-attr]
+        states = {k: torch.zeros((len(per_row), width, *per_row[0][0][1][k].shape)) for k in keys}  # type: ignore[index]
+        for i, rows in enumerate(per_row):
+            for k in keys:
+                states[k][i, : len(rows)] = torch.stack([r[1][k] for r in rows])  # type: ignore[index]
+        return ForwardOutput(logits, states)
 
-    def _run_for_real(self, tokens: Sequence[int], tree: TokenTree | None, contexts: list[tuple[int, ...]],
-                      opts: tuple[Any, ...], kw: dict[str, Any]) -> None:
-        self._real_mode = True
-        try:
-            self._sync_real_cache()
-            out = super().forward(tokens, tree, logits_from=0, hidden=kw.get("hidden", False),
-                                  layers=kw.get("layers"))
-        finally:
-            self._real_mode = False
-        for i, c in enumerate(contexts):
-            h = None if out.hidden is None else {k: v[0, i] for k, v in out.hidden.items()}
-            self.memo[(c, opts)] = (out.logits[0, i], h)
-        nodes = () if tree is None else tree.tokens
-        lead = 0  # leading nodes that form a chain were computed exactly as causal tokens
-        while lead < len(nodes) and tree is not None and tree.parents[lead] == lead - 1:
-            lead += 1
-        self.real = [*self.slots, *tokens, *nodes]
-        self._causal = len(self.slots) + len(tokens) + lead
+    def _rows(self, row: int, plan: Forward, opts: tuple[Any, ...]) -> list[Any]:
+        base = tuple(self.slots.get(row, [])[: plan.start])
+        pending = plan.tokens[: plan.n_pending]
+        tree = plan.drafts
+        contexts = [base + pending[: j + 1] for j in range(len(pending))]
+        contexts += [base + pending + tuple(tree.tokens[k] for k in tree.path(i)) for i in range(len(tree))]
+        if any((c, opts) not in self.memo for c in contexts):
+            self.misses += 1
+            out = self.real.run(list(base), pending, tree, opts)
+            for i, c in enumerate(contexts):
+                h = None if out.hidden is None else {k: v[0, i] for k, v in out.hidden.items()}
+                self.memo[(c, opts)] = (out.logits[0, i], h)
+        self.slots[row] = [*base, *plan.tokens]
+        return [self.memo[(c, opts)] for c in contexts]
+
+    def apply(self, edit: BatchEdit) -> None:
+        for row, e in zip(edit.rows, edit.edits):
+            held = self.slots[row]
+            self.slots[row] = [*held[: e.base], *(held[i] for i in e.keep)]
 
     def crop(self, length: int) -> None:
-        del self.slots[length:]
+        del self.slots.setdefault(0, [])[length:]
 
     def keep(self, indices: Sequence[int], base: int) -> None:
-        self.slots[base:] = [self.slots[i] for i in indices]
+        held = self.slots[0]
+        self.slots[0] = [*held[:base], *(held[i] for i in indices)]
 
-    def _sync_real_cache(self) -> None:
-        """Make the real cache hold exactly ``slots``: keep the common causal prefix, feed the rest.
+
+class _RealCache:
+    """A one-row backend that computes a sequence's rows for real, reusing its causal cache prefix."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.backend = TorchBackend(model)
+        self.held: list[int] = []  # what the real cache holds
+        self.causal = 0            # held[:causal] was fed causally (safe to reuse)
+
+    def run(self, base: list[int], pending: Sequence[int], tree: TokenTree, opts: tuple[Any, ...]) -> ForwardOutput:
+        """Make the real cache hold exactly ``base`` (keep the common causal prefix, feed the rest),
+        then feed ``pending`` and ``tree`` at their true positions; logits of every fed row.
 
         Only entries computed causally are reusable (a tree's nodes after its first branch saw a
         different context), so the real cache is cut back to the first difference or to them.
         """
-        same = 0
-        limit = min(len(self.real), len(self.slots), self._causal)
-        while same < limit and self.real[same] == self.slots[same]:
+        be, same = self.backend, 0
+        limit = min(len(self.held), len(base), self.causal)
+        while same < limit and self.held[same] == base[same]:
             same += 1
-        for layer in self._layers:
-            layer.length = same
-        if same < len(self.slots):
-            super().forward(self.slots[same:])
+        be.crop(min(same, be.length))
+        if same < len(base):
+            be.forward(base[same:])
+        out = be.forward(list(pending), tree, logits_from=0, hidden=opts[0], layers=opts[1])
+        lead = 0  # leading nodes that form a chain were computed exactly as causal tokens
+        while lead < len(tree) and tree.parents[lead] == lead - 1:
+            lead += 1
+        self.held = [*base, *pending, *tree.tokens]
+        self.causal = len(base) + len(pending) + lead
+        return out
 
 
 def next_probs(target: TorchBackend, ids: Sequence[int], sampling: SamplingParams) -> np.ndarray:

@@ -19,6 +19,10 @@ worst case pi = 0.5, against a Bonferroni-corrected two-sided critical value of 
 
 The target is a :class:`ReplayBackend`: the real model with forwards memoised by their whole input,
 so the thousands of identical prefills cost one.
+
+Under load: the same K samples drawn as K requests through ``serve`` at concurrency 4 (four
+sequences per forward, each finishing and being replaced at its own step, the drafters forked per
+row), against the same exact joint, with the same planted-bug control.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from scipy import stats
 import picker.engine.loop
 from picker.engine.backend import TorchBackend
 from picker.engine.drafting import SamplingParams
-from picker.engine.loop import generate
+from picker.engine.loop import generate, serve
 from picker.engine.sampling import inverse_cdf
 from picker.engine.tree import TokenTree
 from picker.engine.verify import VerifyResult
@@ -44,6 +48,7 @@ from tests.conformance.harness import ReplayBackend, bin_of, chi_square, exact_j
 
 PROMPT = "x = 1\ny = 2\nz = 3\nx = 1\ny = 2\nz = 3\nx = 1\ny ="
 DEPTH, K, PLANTED_K, SLOW_K, GREEDY = 3, 1000, 600, 60_000, 24
+BATCH = 4  # the concurrency of the batched draws
 PLANTED = ("vanilla", "ngram")  # one chain with sampled p, one deterministic chain
 # Fixed seeds make each test deterministic; 1e-4 keeps a correct strategy from failing by chance
 # (7 strategies x 1 test) while the planted bug sits many orders of magnitude below (1e-6 asserted).
@@ -56,7 +61,7 @@ SAMPLING = SamplingParams(temperature=0.9, top_k=6, top_p=0.95)
 
 @pytest.fixture(scope="session")
 def replay(target: TorchBackend) -> ReplayBackend:
-    return ReplayBackend(target.model)
+    return ReplayBackend(target.model, rows=BATCH)
 
 
 @pytest.fixture(scope="session")
@@ -69,8 +74,33 @@ def prompt_ids(tokenizer: Any, target: TorchBackend) -> list[int]:
 
 def draw(strategy: Strategy, target: TorchBackend, ids: list[int], k: int, seed: int) -> list[list[int]]:
     rng = np.random.default_rng(seed)
-    return [generate(target, ids, strategy.drafter, strategy.caps, sampling=SAMPLING,
+    return [generate(target, ids, strategy.spec, sampling=SAMPLING,
                      max_new_tokens=DEPTH, rng=rng).tokens for _ in range(k)]
+
+
+def draw_batched(strategy: Strategy, target: TorchBackend, ids: list[int], k: int, seed: int) -> list[list[int]]:
+    """K requests of the same context, BATCH at a time (continuous batching)."""
+    run = serve(target, [ids] * k, strategy.spec, concurrency=BATCH, sampling=SAMPLING, max_new_tokens=DEPTH,
+                rng=np.random.default_rng(seed))
+    assert run.steps < sum(g.stats.steps for g in run.generations) / 2  # rows really shared forwards
+    return [g.tokens for g in run.generations]
+
+
+def test_first_tokens_follow_the_target_distribution_at_batch_4(
+    strategy: Strategy, replay: ReplayBackend, prompt_ids: list[int]
+) -> None:
+    bins = exact_joint(replay, prompt_ids, DEPTH, K, SAMPLING)
+    pvalue, dof = chi_square(draw_batched(strategy, replay, prompt_ids, K, seed=11), bins)
+    assert dof >= 10, "too few bins for a meaningful test"
+    assert pvalue > NULL_LEVEL, f"{strategy.name} at batch {BATCH}: chi-square p = {pvalue:.2e} over {dof} dof"
+
+
+def test_batched_sampling_through_the_replay_backend_equals_the_real_one(
+    strategy: Strategy, target: TorchBackend, replay: ReplayBackend, prompt_ids: list[int]
+) -> None:
+    """Same seeds, same tokens at batch 4: the double answers what the batched backend computes."""
+    real = draw_batched(strategy, target.with_rows(BATCH), prompt_ids, 40, seed=9)
+    assert draw_batched(strategy, replay, prompt_ids, 40, seed=9) == real
 
 
 def test_first_tokens_follow_the_target_distribution(
@@ -171,3 +201,5 @@ def test_a_loop_that_skips_the_residual_fails_the_chi_square(
     bins = exact_joint(replay, prompt_ids, DEPTH, PLANTED_K, SAMPLING)
     pvalue, dof = chi_square(draw(strategy, replay, prompt_ids, PLANTED_K, seed=1), bins)
     assert pvalue < 1e-6, f"the planted bug went unnoticed: p = {pvalue:.2e} over {dof} dof"
+    pvalue, dof = chi_square(draw_batched(strategy, replay, prompt_ids, PLANTED_K, seed=1), bins)
+    assert pvalue < 1e-6, f"the planted bug went unnoticed at batch {BATCH}: p = {pvalue:.2e} over {dof} dof"

@@ -42,7 +42,7 @@ def test_greedy_is_token_identical_to_plain_decoding(
 ) -> None:
     mismatches, drafted, accepted = [], 0, 0
     for n, (ids, base) in enumerate(zip(prompt_ids, plain)):
-        out = generate(target, ids, strategy.drafter, strategy.caps, max_new_tokens=NEW)
+        out = generate(target, ids, strategy.spec, max_new_tokens=NEW)
         drafted += out.stats.drafted
         accepted += out.stats.accepted
         if out.tokens == base:

@@ -32,7 +32,7 @@ def cases(tokenizer: Any, target: TorchBackend) -> list[tuple[list[int], list[in
 @pytest.mark.parametrize("limit", [1, 2, 5, 13])
 def test_max_new_tokens(strategy: Strategy, target: TorchBackend, cases: list[Any], limit: int) -> None:
     for ids, plain in cases:
-        out = generate(target, ids, strategy.drafter, strategy.caps, max_new_tokens=limit)
+        out = generate(target, ids, strategy.spec, max_new_tokens=limit)
         assert out.tokens == plain[:limit] and out.stop_reason == "max_tokens"
 
 
@@ -41,7 +41,7 @@ def test_eos_ends_the_output(strategy: Strategy, target: TorchBackend, cases: li
         for at in (1, 6, 11):  # pretend the token plain decoding emits there is the EOS id
             eos = plain[at]
             cut = plain.index(eos) + 1
-            out = generate(target, ids, strategy.drafter, strategy.caps, max_new_tokens=24, eos_token_id=eos)
+            out = generate(target, ids, strategy.spec, max_new_tokens=24, eos_token_id=eos)
             assert out.tokens == plain[:cut] and out.stop_reason == "eos"
 
 
@@ -54,7 +54,7 @@ def test_stop_strings_end_the_output(strategy: Strategy, target: TorchBackend, t
             if not stop.strip():
                 continue
             reference = generate(target, ids, max_new_tokens=24, stop=[stop], tokenizer=tokenizer)
-            out = generate(target, ids, strategy.drafter, strategy.caps, max_new_tokens=24, stop=[stop],
+            out = generate(target, ids, strategy.spec, max_new_tokens=24, stop=[stop],
                            tokenizer=tokenizer)
             assert out.tokens == reference.tokens and out.stop_reason == "stop"
             assert out.text is not None and stop in out.text
