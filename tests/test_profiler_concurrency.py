@@ -139,3 +139,36 @@ def test_sglang_concurrency_levels_against_a_plain_server(tmp_path: Path) -> Non
     assert {r.source for r in records_of(tmp_path) if r.cell.is_plain} == {"sglang-plain-server"}
     (curve,) = summary["load"]
     assert [c for c, _ in curve["gain"]] == [1, 4]
+
+
+def test_reference_engine_profiles_and_sweeps_under_load(tmp_path: Path) -> None:
+    """The torch backend serves each wave through the batched loop: at T = 0 every counter that
+    depends on tokens alone (drafted, accepted, tokens) is identical at concurrency 1 and 2 (the
+    output is the target's greedy output at every batch), and the summary carries the gain curve."""
+    from typer.testing import CliRunner
+
+    from picker.cli.main import app
+
+    runner = CliRunner()
+    out = tmp_path / "p"
+    result = runner.invoke(app, ["profile", "--model", "zoo", "--strategies", "ngram,eagle3", "--tasks", "code",
+                                 "--temperatures", "0", "--limit-per-task", "3", "--max-new-tokens", "16",
+                                 "--num-draft-tokens", "3", "--concurrency", "1,2", "--no-early-stop", "--quiet",
+                                 "--no-plot", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    by = {(c["strategy"], c["concurrency"]): c for c in summary["cells"]}
+    for strategy in ("ngram", "eagle3"):
+        one, two = by[(strategy, 1)], by[(strategy, 2)]
+        assert one["draft_tokens"] > 0 and one["accepted_tokens"] > 0
+        for key in ("tokens", "draft_tokens", "accepted_tokens", "decode_steps"):
+            assert one[key] == two[key], (strategy, key)
+        assert two["throughput_gain_vs_plain"] is not None
+    assert {r.source for r in records_of(out) if r.cell.concurrency == 2} == {"torch-batched"}
+    assert len(summary["load"]) == 2
+    sweep = tmp_path / "s"
+    result = runner.invoke(app, ["sweep", "--out", str(sweep), "--strategies", "ngram", "--tasks", "code",
+                                 "--temperatures", "0", "--chain-lengths", "2", "--prompts-per-task", "2",
+                                 "--max-new-tokens", "12", "--no-curve", "--concurrency", "1,2", "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert json.loads((sweep / "sweep.json").read_text())["batch"].startswith("measured at concurrency 1, 2")

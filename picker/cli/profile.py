@@ -129,9 +129,6 @@ def profile(
     chosen = parse_list(strategies, "--strategies") if strategies else default
     client = {"timeout": timeout, "retries": retries, "backoff": backoff}
     levels = parse_concurrency(concurrency, default=1 if backend is Backend.torch else 4)
-    if backend is Backend.torch and max(levels) > 1:
-        raise UserError("the torch backend profiles one sequence at a time (concurrency 1); batched "
-                        "decoding in the reference engine is not in this build", field="--concurrency")
     source = _source(backend, model, url, parse_artifacts(artifact or []), client, levels[0], threads, device,
                      plain_url)
     config = ProfileConfig(

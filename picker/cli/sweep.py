@@ -19,6 +19,7 @@ from picker.cli.common import user_errors
 from picker.errors import UserError
 from picker.profiler.options import (
     parse_artifacts,
+    parse_concurrency,
     parse_draft_lengths,
     parse_list,
     parse_temperatures,
@@ -61,6 +62,8 @@ def sweep(
     "3x2x6,4x2x8,5x4x8,4x4x12,6x4x16",
     prompts_per_task: Annotated[int, typer.Option(help="Prompts per task type (every cell runs all).", min=1)] = 8,
     max_new_tokens: Annotated[int, typer.Option(min=1, max=4096)] = 48,
+    concurrency: Annotated[str, typer.Option(help="Requests in flight: N or a list, e.g. 1,4 (every grid point "
+                                                  "at each level, against plain decoding at that level).")] = "1",
     curve: Annotated[bool, typer.Option(help="Measure verify time against tokens in flight.")] = True,
     curve_repeats: Annotated[int, typer.Option(help="Timings per (tokens in flight, context); the fastest counts.",
                                                min=1, max=200)] = 15,
@@ -91,13 +94,15 @@ def sweep(
     grid = sweep_grid({s: plugins[s].capabilities for s in runnable}, parse_draft_lengths(chain_lengths),
                       parse_trees(trees), _artifact_depths(runnable, found, plugins))
     check_grid(grid)
+    levels = parse_concurrency(concurrency, default=1)
     by_task = _prompts("builtin", task_list, prompts_per_task, "", seed)
     source = SweepSource(target, found, threads=threads, grid=grid)
     config = ProfileConfig(
         out=out, tasks=list(by_task), temperatures=temps, strategies=runnable, num_draft_tokens=[1],
         max_new_tokens=max_new_tokens, limit_per_task=prompts_per_task,
         rule=StopRule(ci_target=0.0, min_samples=2, early=False), seed=seed, resume=resume, plain=True, plot=False,
-        meta={"backend": "torch", "target": model, "target_path": str(target), "prompts": "builtin", "kind": "sweep",
+        concurrency=levels,
+        meta={"concurrency": levels, "backend": "torch", "target": model, "target_path": str(target), "prompts": "builtin", "kind": "sweep",
               "tasks": list(by_task),
               "temperatures": temps, "strategies": runnable, "skipped_strategies": skipped,
               "prompts_per_task": prompts_per_task})
@@ -113,7 +118,8 @@ def sweep(
         typer.echo(f"interrupted: continue with --resume (records kept in {out / 'records.jsonl'})", err=True)
         raise typer.Exit(code=130) from None
     data = write_sweep_file(out, grid, {"model": model, "tasks": list(by_task), "temperatures": temps,
-                                         "skipped_strategies": skipped, "max_new_tokens": max_new_tokens}, points)
+                                         "skipped_strategies": skipped, "max_new_tokens": max_new_tokens,
+                                         "concurrency": levels}, points)
     cost = data["cost"]
     typer.echo(f"sweep: {len(grid)} grid points x {len(by_task)} tasks x {len(temps)} temperatures; "
                f"cost {cost['target_forwards']} target forwards, {cost['seconds']:.1f} s "

@@ -41,9 +41,9 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from picker.engine.plugins import Capabilities
 from picker.engine.tree import TokenTree
 from picker.engine.verify import SiblingRegime
-from picker.engine.plugins import Capabilities
 from picker.errors import UserError
 
 

@@ -48,7 +48,7 @@ from picker.engine.backend import TorchBackend
 from picker.engine.drafting import EMPTY_DRAFT, Draft, DraftContext, Drafter, SamplingParams, Speculator, StepOutcome
 from picker.engine.rollback import BatchLedger
 from picker.engine.sampling import warp
-from picker.engine.stopping import Decoder, StopReason, Stopper
+from picker.engine.stopping import Decoder, Stopper, StopReason
 from picker.engine.tree import TokenTree
 from picker.engine.verify import (
     VerifyResult,

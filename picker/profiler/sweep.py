@@ -192,9 +192,13 @@ def write_sweep_file(out: Path, grid: Sequence[DraftConfig], meta: Mapping[str, 
         "grid": [{"strategy": g.strategy, "num_draft_tokens": g.num_draft_tokens, "tree": g.tree} for g in grid],
         "cost": cost,
         "verify_curve": [vars(p) for p in curve],
-        "batch": "not measured: the reference engine decodes one sequence at a time; verify time is "
-                 "measured against tokens in flight (verify_curve) and a batch of B drafting N tokens "
-                 "is read as B*(N+1) tokens in flight by the cost model",
+        "batch": ("measured at concurrency " + ", ".join(map(str, meta["concurrency"])) +
+                  " (the batched reference engine, every cell against plain decoding at its own level); between "
+                  "and beyond those levels the cost model reads a batch of B drafting N tokens as B*(N+1) tokens "
+                  "in flight on the verify curve")
+        if len(meta.get("concurrency", [1])) > 1 or max(meta.get("concurrency", [1])) > 1 else
+        "not measured: every cell ran one sequence at a time; verify time is measured against tokens in flight "
+        "(verify_curve) and a batch of B drafting N tokens is read as B*(N+1) tokens in flight by the cost model",
     }
     write_json_atomic(out / SWEEP_NAME, data)
     return data

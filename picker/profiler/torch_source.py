@@ -91,6 +91,7 @@ class TorchSource:
         self.max_positions = int(getattr(cfg, "max_position_embeddings", 2048))
         self.eos = eos_token_ids(self.target) or None
         self._drafters: dict[CellKey, tuple[Any, int]] = {}
+        self._by_rows: dict[int, Any] = {}
 
     def describe(self) -> dict[str, Any]:
         return {"backend": "torch", "model": str(self.model_dir), "device": self.device, "threads": self.threads,
@@ -112,8 +113,59 @@ class TorchSource:
         return [DraftConfig(s, n) for s in strategies for n in num_draft_tokens]
 
     def measure(self, cell: CellKey, prompts: Sequence[Prompt], params: GenParams) -> Iterator[Record]:
+        if cell.concurrency > 1:
+            yield from self._wave(cell, prompts, params)
+            return
         for prompt in prompts:
             yield self._one(cell, prompt, params)
+
+    def _wave(self, cell: CellKey, prompts: Sequence[Prompt], params: GenParams) -> Iterator[Record]:
+        """``prompts`` served together at ``cell.concurrency`` by the batched loop (continuous
+        batching: a finished request's row takes the next), turn by turn for multi-turn prompts.
+        One record per prompt; the runner's wave stamps time the whole wave (throughput)."""
+        import numpy as np
+
+        from picker.engine.drafting import SamplingParams, bind
+        from picker.engine.loop import serve
+        from picker.engine.siblings import SiblingProbe
+
+        drafter, caps, max_draft = self._drafter(cell)
+        target = self._rows(cell.concurrency)
+        rng = np.random.default_rng([params.seed, zlib.crc32(cell.id.encode()),
+                                     *(zlib.crc32(p.id.encode()) for p in prompts)])
+        history: dict[str, list[str]] = {p.id: [] for p in prompts}
+        counters: dict[str, list[dict[str, Any]]] = {p.id: [] for p in prompts}
+        tokens = dict.fromkeys(history, 0)
+        seconds = dict.fromkeys(history, 0.0)
+        for turn in range(max(len(p.turns) for p in prompts)):
+            batch = [p for p in prompts if turn < len(p.turns)]
+            ids = [self._encode(render_turn(p, turn, history[p.id]), params.max_new_tokens, cell.num_draft_tokens)
+                   for p in batch]
+            probe = SiblingProbe(SIBLING_RANKS) if caps is not None and caps.tree else None
+            run = serve(target, ids, bind(drafter, caps), concurrency=cell.concurrency,
+                        sampling=SamplingParams(temperature=cell.temperature), max_new_tokens=params.max_new_tokens,
+                        max_draft=max_draft, rng=rng, eos_token_id=self.eos, tokenizer=self.tokenizer, observer=probe)
+            for i, (p, gen) in enumerate(zip(batch, run.generations)):
+                history[p.id].append(gen.text or "")
+                tokens[p.id] += len(gen.tokens)
+                seconds[p.id] += gen.stats.seconds
+                counters[p.id].append(step_counters(gen.records, probe.steps.get(i, []) if probe is not None else ()))
+        for p in prompts:
+            c = _sum(counters[p.id])
+            yield Record(cell=cell, prompt_ids=(p.id,), tokens=tokens[p.id], forwards=c["forwards"], steps=c["steps"],
+                         draft_steps=c["draft_steps"], drafted=c["drafted"], accepted=c["accepted"],
+                         pos_reached=tuple(c["pos_reached"]), pos_accepted=tuple(c["pos_accepted"]),
+                         draft_s=c["draft_s"], verify_s=c["verify_s"],
+                         sib_reached=tuple(round(x, 6) for x in c["sib_reached"]),
+                         sib_accepted=tuple(round(x, 6) for x in c["sib_accepted"]),
+                         wall_s=seconds[p.id], source="torch-batched",
+                         extra={"turns": len(p.turns), "concurrency": cell.concurrency})
+
+    def _rows(self, rows: int) -> Any:
+        """The target with a cache of ``rows`` sequences (weights shared), built once per level."""
+        if rows not in self._by_rows:
+            self._by_rows[rows] = self.target.with_rows(rows)
+        return self._by_rows[rows]
 
     def _drafter(self, cell: CellKey) -> tuple[Any, Any, int]:
         """(drafter, capabilities, max_draft) for ``cell``; no drafter for the plain baseline."""
@@ -172,6 +224,7 @@ class TorchSource:
 
     def close(self) -> None:
         self._drafters.clear()
+        self._by_rows.clear()
 
 
 def _sum(parts: list[dict[str, Any]]) -> dict[str, Any]:

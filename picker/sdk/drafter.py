@@ -33,7 +33,6 @@ from picker.engine.drafting import EMPTY_DRAFT, Draft, DraftContext, Drafter, St
 from picker.sdk.controller import Controller, SpecConfig
 
 
-
 class ControlledDrafter:
     """Wraps ``inner`` so that every step's draft length comes from ``controller``.
 
