@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from picker.errors import UserError
+from picker.profiler.provenance import collect as collect_provenance
 from picker.profiler.records import PLAIN, CellKey, Record, RecordLog
 from picker.profiler.source import GenParams, Source
 from picker.profiler.stats import CellStats, cell_stats
@@ -109,6 +110,8 @@ class Profiler:
         info = {**self.config.meta, "source": self.source.describe(), "max_new_tokens": self.config.max_new_tokens,
                 "seed": self.config.seed, "ci_target": self.config.rule.ci_target,
                 "min_samples": self.config.rule.min_samples, "early_stop": self.config.rule.early}
+        # What was measured, so `recommend` can check it against the deployment (picker.inputs.provenance).
+        info["provenance"] = collect_provenance(self.source, self.config.meta, self.prompts)
         if self.config.resume and path.exists():
             import json
 

@@ -154,12 +154,15 @@ def per_task_rows(scorer: Scorer, options: list[Option], chosen: Option | None, 
         if best is None:
             continue
         s = [_speedup_at(scorer, best, tb, which=i) for i in range(3)]
-        temps = [b.temperature for b in tb]
-        t_mid = sorted(temps)[len(temps) // 2]
-        a = scorer.alpha(best.plugin, task, t_mid)
+        # The α the decision used: this configuration's evidence on the task's heaviest bucket (what
+        # --explain shows), its source over all the task's buckets. (The median temperature's α showed
+        # a prior when no cell lay near it, while the decision ran on the measured cell.)
+        a = scorer.candidate(best, max(tb, key=lambda b: b.weight)).evidence
+        sources = {scorer.candidate(best, b).evidence.source for b in tb}
         rows.append(TaskRow(
-            task=task, weight=round(weight, 4), strategy=best.plugin.name, alpha=round(a.mean, 3),
-            alpha_range=(round(a.low, 3), round(a.high, 3)), evidence=a.source,  # type: ignore[arg-type]
+            task=task, weight=round(weight, 4), strategy=best.plugin.name, alpha=round(a.alpha, 3),
+            alpha_range=(round(a.alpha_low, 3), round(a.alpha_high, 3)),
+            evidence=sources.pop() if len(sources) == 1 else "mixed",  # type: ignore[arg-type]
             predicted_speedup=SpeedupRange(mean=round(s[0], 3), low=round(min(s), 3), high=round(max(s), 3)),
             deployed_speedup=round(_speedup_at(scorer, chosen, tb), 3) if chosen else 1.0))
     return rows

@@ -48,7 +48,9 @@ def build(profile: WorkloadProfile, measurements: Measurements | None, *, path: 
     bs = buckets(profile)
     options = options_for(profile, load_strategies(), scorer.ctx.target)
     score_all(scorer, options, bs)
-    return decide(scorer, options, bs, path=path), scorer, options, bs
+    from picker.recommend.provenance_labels import with_provenance
+
+    return with_provenance(decide(scorer, options, bs, path=path), profile, measurements), scorer, options, bs
 
 
 def _evidence(scorer: Scorer, opt: Option, tb: list[Bucket]) -> dict[str, Any]:

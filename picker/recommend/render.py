@@ -24,6 +24,10 @@ def render(rec: Recommendation, fmt: str) -> str:
     return markdown(rec)
 
 
+def _on(model: str | None) -> str:
+    return f", measured on {model}" if model else ""  # measurements of another model (--allow-other-model)
+
+
 def _x(s: float) -> str:
     return f"{s:.2f}x"
 
@@ -62,14 +66,14 @@ def markdown(rec: Recommendation) -> str:
         out += [
             f"## Decision: enable `{d.strategy}` ({shape}) on {rec.engine}", "",
             f"Expected speedup over plain decoding: **{_x(ps.mean)}** (range {_x(ps.low)}–{_x(ps.high)}), "
-            f"evidence: {rec.evidence.source}. Break-even: **α ≥ {rec.break_even_alpha:.2f}** per token, i.e. "
+            f"evidence: {rec.evidence.source}{_on(rec.evidence.measured_on)}. Break-even: **α ≥ {rec.break_even_alpha:.2f}** per token, i.e. "
             f"**≥ {rec.break_even_accept_length:.2f} tokens per verify step** (bonus included).", "",
             "### Why", *[f"- {r}" for r in rec.rationale], "",
         ]
         out += ["### When not to speculate", ""]
         sw = d.temperature_switch
         out.append(f"- Temperature: {'turn it off above T = ' + format(sw.above, 'g') if sw.above is not None else 'no switch needed'} ({sw.reason}).")
-        out += ["", "| batch size | draft tokens | predicted speedup |", "|---|---|---|"]
+        out += ["", f"| batch size | draft tokens | predicted speedup{_on(rec.evidence.measured_on)} |", "|---|---|---|"]
         for r in d.batch_schedule:
             hi = "∞" if r.max_batch is None else str(r.max_batch)
             k = "off" if r.num_speculative_tokens == 0 else str(r.num_speculative_tokens)
@@ -83,7 +87,7 @@ def markdown(rec: Recommendation) -> str:
             "|---|---|---|---|---|---|---|"]
     for t in rec.per_task:
         rng = f"{t.alpha:.2f} ({t.alpha_range[0]:.2f}–{t.alpha_range[1]:.2f})" if t.alpha_range else "—"
-        out.append(f"| {t.task} | {t.weight:.0%} | {t.strategy} | {rng} | {t.evidence} | "
+        out.append(f"| {t.task} | {t.weight:.0%} | {t.strategy} | {rng} | {t.evidence}{_on(t.measured_on)} | "
                    f"{_x(t.predicted_speedup.mean)} | {_x(t.deployed_speedup)} |")
     out += ["", "## Alternatives", "", "| strategy | setting | speedup (range) | break-even α | deployable | notes |",
             "|---|---|---|---|---|---|"]

@@ -21,6 +21,7 @@ from typing import Any
 
 from picker.engine.plugins import Capabilities, StrategyPlugin, load_strategies
 from picker.inputs.measurements import TEMPERATURE_MATCH, Cell, Measurements
+from picker.inputs.provenance import costs_transfer
 from picker.inputs.workload import WorkloadProfile
 from picker.recommend.engine_configs import ENGINE_VERIFIES_TREES
 from policies import analytic
@@ -102,9 +103,8 @@ class Scorer:
         self.policy = policy
         self.priors = load_priors()
         self.ctx = cost_context(profile)
-        backend = str(((getattr(measurements, "run", None) or {}).get("backend", ""))) if measurements else ""
-        engine = BACKEND_ENGINE.get(backend, backend)
-        self.measured_costs = engine == profile.engine.name if measured_costs is None else measured_costs
+        # Costs transfer only from the deployment's own engine and hardware (picker.inputs.provenance).
+        self.measured_costs = costs_transfer(profile, measurements, measured_costs)
         self.verify_curve = tuple(verify_curve) if verify_curve else None
         self._evidence: dict[tuple[str, str, float, int], Evidence] = {}
 
@@ -373,9 +373,10 @@ def recommend(profile: WorkloadProfile, measurements: Measurements | None = None
     one the analytic model scores every option. See :class:`Scorer` for ``measured_costs``.
     """
     from picker.recommend.decide import decide  # the decision and its rendering into the contract
+    from picker.recommend.provenance_labels import with_provenance
 
     scorer = Scorer(profile, measurements, policy, measured_costs=measured_costs, verify_curve=verify_curve)
     bs = buckets(profile)
     options = options_for(profile, load_strategies(), scorer.ctx.target)
     score_all(scorer, options, bs)
-    return decide(scorer, options, bs, path=path)
+    return with_provenance(decide(scorer, options, bs, path=path), profile, measurements)
