@@ -201,7 +201,9 @@ def main() -> None:  # pragma: no cover - console entry point
 
 from picker.cli import generate as _generate  # noqa: E402,F401  -- registers `specpick generate` on app
 from picker.cli import profile as _profile  # noqa: E402,F401  -- registers `specpick profile` on app
+from picker.cli import report  # noqa: E402  -- `specpick report` (does not import this module)
 from picker.cli import sweep as _sweep  # noqa: E402,F401  -- registers `specpick sweep` on app
 from picker.zoo import cli as _zoo_cli  # noqa: E402  -- `specpick zoo build|path|...`
 
 app.add_typer(_zoo_cli.app, name="zoo")
+app.command("report")(report.report)
