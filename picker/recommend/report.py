@@ -92,21 +92,21 @@ def _img(uri: str | None, ident: str, alt: str) -> str:
     return f'<img class="plot" id="{_e(ident)}" src="{_e(uri)}" alt="{_e(alt)}">'
 
 
-def config_blocks(name: str, cfg: dict[str, Any]) -> list[tuple[str, str]]:
-    """(caption, text to paste) for one engine's config: its CLI tokens shell-quoted, TensorRT-LLM's
+def config_blocks(name: str, cfg: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(kind, caption, text to paste) for one engine's config: its CLI tokens shell-quoted, TensorRT-LLM's
     YAML, an adaptive-k JSON file. Unsupported engines have none."""
     if not cfg.get("supported", False):
         return []
     out = []
     if cfg.get("args"):
-        out.append(("command-line flags", shlex.join(str(a) for a in cfg["args"])))
+        out.append(("flags", "command-line flags", shlex.join(str(a) for a in cfg["args"])))
     if "speculative_config" in cfg and not cfg.get("args"):
         import yaml
 
-        out.append(("config YAML", yaml.safe_dump({"speculative_config": cfg["speculative_config"]},
+        out.append(("yaml", "config YAML", yaml.safe_dump({"speculative_config": cfg["speculative_config"]},
                                                   sort_keys=False).rstrip()))
     if "adaptive_config" in cfg:
-        out.append(("speculative_adaptive.json", json.dumps(cfg["adaptive_config"], indent=2)))
+        out.append(("json", "speculative_adaptive.json", json.dumps(cfg["adaptive_config"], indent=2)))
     return out
 
 
@@ -172,20 +172,20 @@ def _alternatives(rec: dict[str, Any]) -> str:
     return _table(["strategy", "setting", "speedup (range)", "break-even α", "deployable", "notes"], rows, {3})
 
 
-def _engines(rec: dict[str, Any]) -> str:
-    if not rec["engine_configs"]:
+def _engines(configs: dict[str, Any]) -> str:
+    if not configs:
         return "<p>No engine config: speculation stays off.</p>"
     parts = []
-    for i, (name, cfg) in enumerate(rec["engine_configs"].items()):
+    for i, (name, cfg) in enumerate(configs.items()):
         parts.append(f"<h3>{_e(name)} <span class=\"muted\">(targets {_e(cfg.get('version'))})</span></h3>")
         if not cfg.get("supported", False):
             parts.append(f"<p class=\"muted\">Not available: {_e(cfg.get('reason'))}</p>")
             continue
         if cfg.get("note"):
             parts.append(f"<p class=\"muted\">{_e(cfg['note'])}</p>")
-        for j, (caption, text) in enumerate(config_blocks(name, cfg)):
+        for j, (kind, caption, text) in enumerate(config_blocks(name, cfg)):
             ident = f"cfg-{i}-{j}"
-            parts.append(f'<div class="config" data-engine="{_e(name)}"><span class="muted">{_e(caption)}</span>'
+            parts.append(f'<div class="config" data-engine="{_e(name)}" data-kind="{_e(kind)}"><span class="muted">{_e(caption)}</span>'
                          f'<button class="copy" type="button" data-target="{ident}">Copy</button>'
                          f'<pre id="{ident}">{_e(text)}</pre></div>')
     return "".join(parts)
@@ -234,7 +234,8 @@ def html_page(data: ReportData, title: str | None = None) -> str:
         "schedule": ("Batch schedule", _schedule(rec)),
         "measured": ("Measured against predicted", _measured(data, m_uri)),
         "alternatives": ("Alternatives", _alternatives(rec)),
-        "engine-configs": ("Engine configs", _engines(rec)),
+        "engine-configs": ("Engine configs", _engines(rec["engine_configs"] if data.engine_configs is None
+                                                      else data.engine_configs)),
         "evidence": ("Evidence", _evidence(rec) + (f"<ul class=\"muted\">{notes}</ul>" if notes else "")),
     }
     sections = "".join(f'<section id="{sid}"><h2>{_e(body[sid][0])}</h2>{body[sid][1]}</section>' for sid in SECTIONS)

@@ -75,6 +75,9 @@ class ReportData:
     gain_batch: list[Series]
     measured: list[MeasuredCell]
     notes: list[str] = field(default_factory=list)
+    # The Recommendation's engine configs as built, not through JSON: TensorRT-LLM's draft_len_schedule
+    # has integer keys, which a JSON round trip turns into strings (the pasted YAML must keep them).
+    engine_configs: dict[str, Any] | None = None
 
 
 def crossover(xs: tuple[float, ...], ys: tuple[float, ...], log_x: bool = False) -> float | None:
@@ -214,4 +217,4 @@ def gather(profile: WorkloadProfile, measurements: Measurements | None, *, path:
     by_n, by_batch = gain_series(scorer, options, bs, rec)
     return ReportData(rec=rec.model_dump(mode="json"), alpha=alpha_points(scorer, options, bs), gain_n=by_n,
                       gain_batch=by_batch, measured=measured_cells(scorer, measurements, {b.task for b in bs}),
-                      notes=notes)
+                      notes=notes, engine_configs=rec.engine_configs)
