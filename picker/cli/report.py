@@ -48,6 +48,9 @@ def write_atomic(text: str, out: Path) -> None:
         raise UserError("parent directory does not exist", file=str(out), field="--out")
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # a page to share: the usual file mode, not mkstemp's 0600
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
         os.replace(tmp, target)

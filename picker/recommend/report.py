@@ -222,13 +222,15 @@ def html_page(data: ReportData, title: str | None = None) -> str:
     b_uri, b_words = plots.gain_vs_batch(data.gain_batch)
     m_uri = plots.measured_vs_predicted(data.measured)
     cross = "".join(f"<li>{_e(w)}</li>" for w in [*n_words, *b_words])
+    on = rec["evidence"].get("measured_on")
+    label = f'<p class="muted">Resting partly on measurements of {_e(on)}, not of the deployed model.</p>' if on else ""
     notes = "".join(f"<li>{_e(n)}</li>" for n in data.notes)
     body = {
         "decision": ("Decision", _decision(rec)),
         "rollout": ("Rollout", _rollout(rec)),
         "per-task": ("Per task type", _per_task(rec)),
-        "alpha": ("α per task type", _img(alpha_uri, "plot-alpha", "alpha per task type with intervals")),
-        "gain": ("Predicted gain", _img(n_uri, "plot-gain-n", "predicted speedup against N")
+        "alpha": ("α per task type", label + _img(alpha_uri, "plot-alpha", "alpha per task type with intervals")),
+        "gain": ("Predicted gain", label + _img(n_uri, "plot-gain-n", "predicted speedup against N")
                  + _img(b_uri, "plot-gain-batch", "predicted speedup against batch size")
                  + (f"<ul class=\"muted\">{cross}</ul>" if cross else "")),
         "schedule": ("Batch schedule", _schedule(rec)),
