@@ -109,7 +109,8 @@ def alpha_by_task(points: list[AlphaPoint]) -> str | None:
     ax.set_yticks(range(len(tasks)), tasks)
     ax.set_xlim(0, 1)
     ax.set(xlabel="alpha (per-token acceptance); filled = measured, hollow = prior", title="alpha per task type")
-    ax.legend(fontsize=8, loc="lower left")
+    # Outside the axes: inside, the legend hides the lowest task's points.
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return _uri(fig)
 
 
