@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from picker.cli.report import build_page
-from picker.recommend.report import config_blocks
-from picker.recommend.scoring import recommend
 from picker.inputs.measurements import load_measurements
 from picker.inputs.workload import load_profile
+from picker.recommend.report import config_blocks
+from picker.recommend.scoring import recommend
 from tests.cdp import Chromium, find_chromium
 
 pytestmark = [pytest.mark.browser,
