@@ -37,14 +37,17 @@ _EXPORTS: dict[str, str] = {
     "JEFFREYS": "online", "OnlineParams": "online", "beta_quantile": "online", "beta_var": "online",
     "break_even_from_ratio": "online", "chain_evidence": "online", "decayed_update": "online",
     "gate_next": "online",
+    # E[L] of a chain, and the forward-time curve an engine (optionally calibrated) runs on
+    "expected_length_iid": "theory", "engine_curve": "loadcurve", "load_calibration": "calibration",
 }
 
 __all__ = [  # every key of _EXPORTS (tests/test_recommend_pipeline.py checks they agree)
     "Candidate", "Config", "CostContext", "CostEvidence", "Evidence", "JEFFREYS", "ModelShape",
     "OnlineParams", "Policy", "SpeedupEstimator", "StepCost", "base_range", "base_speedup", "beta_quantile",
     "beta_var", "break_even", "break_even_from_ratio", "chain", "chain_evidence", "chain_length",
-    "config_cost", "configs_for", "decayed_update", "eagle_layer_shape", "estimate", "evidence_from_cell",
-    "feature_matrix", "gate_next", "live_step_points", "load_policy", "load_priors", "medusa_heads_shape",
+    "config_cost", "configs_for", "decayed_update", "eagle_layer_shape", "engine_curve", "estimate",
+    "evidence_from_cell", "expected_length_iid", "feature_matrix", "gate_next", "live_step_points",
+    "load_calibration", "load_policy", "load_priors", "medusa_heads_shape",
     "solve_alpha", "speedup", "tree_length",
 ]
 
@@ -73,6 +76,7 @@ if TYPE_CHECKING:  # the same names, for type checkers
         speedup,
     )
     from policies.artifacts import Policy, load_policy
+    from policies.calibration import load_calibration
     from policies.cell_evidence import evidence_from_cell, live_step_points
     from policies.costmodel import (
         StepCost,
@@ -89,6 +93,7 @@ if TYPE_CHECKING:  # the same names, for type checkers
         base_speedup,
         feature_matrix,
     )
+    from policies.loadcurve import engine_curve
     from policies.online import (
         JEFFREYS,
         OnlineParams,
@@ -102,3 +107,4 @@ if TYPE_CHECKING:  # the same names, for type checkers
     from policies.priors import load_priors
     from policies.roofline import ModelShape
     from policies.scalar import chain_length, solve_alpha, tree_length
+    from policies.theory import expected_length_iid

@@ -109,9 +109,9 @@ def zoo_ci(prompts_per_domain: int = 3, length: int = 32) -> dict[str, Any]:
     """The zoo ci build with its heads (trained now if missing) and held-out corpus prompts."""
     from transformers import AutoModelForCausalLM
 
+    from picker.engine.training import cut_prompts
     from picker.zoo import build_zoo
     from picker.zoo.corpus import DOMAINS, build_corpus
-    from picker.engine.training import cut_prompts
     from picker.zoo.heads import train_heads as zoo_train_heads
     from picker.zoo.recipe import RECIPES
     from picker.zoo.tokenizer import encode_documents, load_tokenizer

@@ -281,9 +281,16 @@ def test_recommend_uses_llamacpps_step_cost_from_a_plain_baseline(tmp_path: Path
                        "--limit-per-task", "2", "--max-new-tokens", "24", "--no-early-stop", "--num-draft-tokens",
                        "3", "--plain-url", plain.url)
     assert result.exit_code == 0, result.output
-    profile = load_profile(ROOT / "profiles" / "creative-writing.yaml")
-    assert profile.engine.name == "llama_cpp"
-    scorer = Scorer(profile, load_measurements(tmp_path / "summary.json"))
+    shipped = load_profile(ROOT / "profiles" / "creative-writing.yaml")
+    assert shipped.engine.name == "llama_cpp"
+    meas = load_measurements(tmp_path / "summary.json")
+    # The double serves another model than the shipped profile's: its costs are not the deployment's
+    # (picker.inputs.provenance). A profile of the served model and build takes them.
+    assert not Scorer(shipped, meas).measured_costs
+    profile = shipped.model_copy(update={
+        "model": shipped.model.model_copy(update={"name": "zoo-ci-target"}),
+        "engine": shipped.engine.model_copy(update={"version": "b0-double"})})
+    scorer = Scorer(profile, meas)
     assert scorer.measured_costs
     ev = scorer.evidence(load_strategies()["vanilla"], "creative", 1.0)
     assert ev.source == "measured" and ev.cost is not None and ev.cost.step_points

@@ -14,6 +14,7 @@ import pytest
 from picker.inputs.workload import load_profile
 from picker.recommend.decide import decide
 from picker.recommend.pipeline import recommend, score_workload
+from picker.recommend.provenance_labels import with_provenance
 from picker.recommend.scoring import Scorer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,7 +43,9 @@ def test_decide_reads_the_table_and_never_the_scorer(path: Path, monkeypatch: py
 
     for name in ("bucket_speedup", "cost", "prime", "evidence", "alpha", "candidate"):
         monkeypatch.setattr(Scorer, name, refuse)
-    assert decide(table, path=str(path)) == expected
+    # with_provenance labels the decision with what the measurements say (none here) and merges
+    # citations; it reads the Recommendation only.
+    assert with_provenance(decide(table, path=str(path)), profile, None) == expected
 
 
 def test_the_table_is_immutable() -> None:

@@ -10,8 +10,8 @@ from typer.testing import CliRunner
 
 from picker.cli.main import app
 from picker.engine.plugins import Capabilities
-from picker.inputs.verify_curve import CurvePoint, ratio_curve, verify_ratio
 from picker.engine.tree_shapes import medusa_choices
+from picker.inputs.verify_curve import CurvePoint, ratio_curve, verify_ratio
 from picker.profiler.sweep import parse_tree_label, sweep_cost, sweep_grid, tree_label
 
 runner = CliRunner()

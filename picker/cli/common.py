@@ -46,11 +46,14 @@ def write_output(text: str, out: Path | None) -> None:
         return
     target = out.resolve()
     if target.is_dir():
-        raise UserError("is a directory; give a file path", file=str(out))
+        raise UserError("is a directory; give a file path", file=str(out), field="--out")
     if not target.parent.is_dir():
-        raise UserError("parent directory does not exist", file=str(out))
+        raise UserError("parent directory does not exist", file=str(out), field="--out")
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # a file to share: the usual mode, not mkstemp's 0600
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
         os.replace(tmp, target)

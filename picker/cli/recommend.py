@@ -23,6 +23,7 @@ def recommend(
     explain: Annotated[bool, typer.Option(help="Add the top candidates per task type with ranges and evidence.")] = False,
     policy: Annotated[Path | None, typer.Option(help="Fitted policy artifact (JSON) for the learned correction.")] = None,
     plot: Annotated[Path | None, typer.Option(help="Write a PNG of predicted speedup vs N and vs batch size.")] = None,
+    allow_other_model: Annotated[bool, typer.Option(help="Use measurements of another model (labelled so).")] = False,
 ) -> None:
     """Recommend a speculative-decoding setting for a workload, with engine configs and a rollout."""
     from picker.inputs.measurements import load_measurements
@@ -32,6 +33,10 @@ def recommend(
 
     prof = load_profile(profile)
     meas = load_measurements(measurements) if measurements is not None else None
+    if meas is not None:  # refuse another model's measurements unless overridden (picker.inputs.provenance)
+        from picker.inputs.provenance import check_measurements
+
+        check_measurements(meas, prof, allow_other_model)
     if explain or policy is not None or plot is not None:
         from picker.recommend.explain import recommend_command
 

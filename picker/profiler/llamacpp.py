@@ -167,6 +167,12 @@ class LlamaCppSource:
     def close(self) -> None:
         """Nothing to release: every request opens and closes its own connection."""
 
+    def provenance(self) -> dict[str, Any]:
+        """The model file and build as ``/props`` reports them (draft files are not reported)."""
+        path = self.props.get("model_path")
+        return {"model": {"name": str(path or self.url), "path": path}, "engine": "llama_cpp",
+                "engine_version": self.props.get("build_info")}
+
     def describe(self) -> dict[str, Any]:
         out = {"backend": "llamacpp", "url": self.url, "speculative": self.speculative,
                "speculative_types": self.types,

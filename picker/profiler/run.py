@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from picker.errors import UserError
+from picker.profiler.provenance import collect as collect_provenance
 from picker.profiler.records import PLAIN, CellKey, Record, RecordLog, stamp_wave
 from picker.profiler.source import GenParams, Source
 from picker.profiler.stats import CellStats, cell_stats
@@ -112,6 +113,8 @@ class Profiler:
         info = {**self.config.meta, "source": self.source.describe(), "max_new_tokens": self.config.max_new_tokens,
                 "seed": self.config.seed, "ci_target": self.config.rule.ci_target,
                 "min_samples": self.config.rule.min_samples, "early_stop": self.config.rule.early}
+        # What was measured, so `recommend` can check it against the deployment (picker.inputs.provenance).
+        info["provenance"] = collect_provenance(self.source, self.config.meta, self.prompts)
         if self.config.resume and path.exists():
             import json
 
@@ -177,6 +180,8 @@ class Profiler:
 
     def _group(self, cells: list[CellKey], prompts: list[Prompt]) -> None:
         """Rounds over ``prompts`` until every strategy cell of the group has stopped."""
+        if not cells:
+            return
         done = self.log.done()
         active = {c for c in cells if self.log.stops.get(c.id) not in FINAL_STOPS}
         wave = cells[0].concurrency  # one concurrency per group: a wave keeps that many in flight

@@ -127,6 +127,17 @@ class SGLangSource:
     def close(self) -> None:
         """Nothing to release: every request opens and closes its own connection."""
 
+    def provenance(self) -> dict[str, Any]:
+        """Model and draft paths, version and dtype as ``/get_server_info`` reports them."""
+        info = self.info
+        draft = info.get("speculative_draft_model_path")
+        tp = info.get("tp_size")
+        return {"model": {"name": str(info.get("model_path") or self.url)},
+                "drafts": {"draft": {"name": str(draft)}} if draft else {},
+                "engine": "sglang", "engine_version": info.get("version"),
+                "hardware": {"device": "server", "gpu_count": tp if isinstance(tp, int) else None},
+                "dtype": info.get("dtype")}
+
     def describe(self) -> dict[str, Any]:
         keys = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
                 "speculative_num_draft_tokens", "model_path", "version")

@@ -85,6 +85,7 @@ class TorchSource:
         if not (model / "config.json").is_file():
             raise UserError("not a Hugging Face model folder (no config.json)", file=str(model), field="--model")
         self.model_dir, self.artifacts, self.device, self.threads = model, artifacts, device, threads
+        self.dtype = dtype
         self.target = TorchBackend.from_pretrained(model, device=device, dtype=dtype)
         self.tokenizer = load_tokenizer(model)
         cfg = self.target.model.config.get_text_config()
@@ -96,6 +97,19 @@ class TorchSource:
     def describe(self) -> dict[str, Any]:
         return {"backend": "torch", "model": str(self.model_dir), "device": self.device, "threads": self.threads,
                 "artifacts": {k: str(v) for k, v in sorted(self.artifacts.items())}}
+
+    def provenance(self) -> dict[str, Any]:
+        """What only this source knows (``picker.profiler.provenance``): the loaded target's size and
+        files, the drafts' files, the torch version, this machine and the dtype."""
+        import torch
+
+        from picker.profiler.provenance import TORCH_DTYPES, local_artifact, local_hardware
+
+        params = sum(p.numel() for p in self.target.model.parameters())
+        drafts = {s: local_artifact(_artifact_name(path), path) for s, path in sorted(self.artifacts.items())}
+        return {"model": local_artifact(_artifact_name(self.model_dir), self.model_dir, params), "drafts": drafts,
+                "engine": "torch reference loop", "engine_version": torch.__version__,
+                "hardware": local_hardware(self.device), "dtype": TORCH_DTYPES.get(self.dtype, self.dtype)}
 
     def configs(self, strategies: Sequence[str], num_draft_tokens: Sequence[int]) -> list[DraftConfig]:
         from picker.engine.plugins import load_strategies
@@ -225,6 +239,24 @@ class TorchSource:
     def close(self) -> None:
         self._drafters.clear()
         self._by_rows.clear()
+
+
+def _artifact_name(folder: Path) -> str:
+    """A model's name: its hub id from config.json where saved from the hub, ``zoo:SIZE/PART`` for a
+    zoo build (whose folder holds a report.json), else the folder's own name."""
+    import json
+
+    report = folder.parent / "report.json"
+    try:
+        if report.is_file():
+            size = json.loads(report.read_text(encoding="utf-8")).get("size")
+            if size:
+                return f"zoo:{size}/{folder.name}"
+        cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return folder.name
+    hub = cfg.get("_name_or_path") if isinstance(cfg, dict) else None
+    return hub if isinstance(hub, str) and hub and not hub.startswith(("/", ".")) else folder.name
 
 
 def _sum(parts: list[dict[str, Any]]) -> dict[str, Any]:

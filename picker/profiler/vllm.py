@@ -122,6 +122,10 @@ class VLLMSource:
     def close(self) -> None:
         """Nothing to release: every request opens and closes its own connection."""
 
+    def provenance(self) -> dict[str, Any]:
+        """The served model's name (``/v1/models``); vLLM's API reports neither version nor hardware."""
+        return {"model": {"name": self.model}, "engine": "vllm"}
+
     def describe(self) -> dict[str, Any]:
         out = {"backend": "vllm", "url": self.url, "model": self.model, "num_speculative_tokens": self.depth}
         return {**out, "plain_url": self.plain_url} if self.plain_url else out

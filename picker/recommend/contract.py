@@ -81,6 +81,8 @@ class TaskRow(_Model):
     evidence: EvidenceSource
     predicted_speedup: SpeedupRange = Field(description="of the best strategy for this task alone")
     deployed_speedup: float = Field(description="of the deployed decision on this task")
+    measured_on: str | None = Field(None, description="the model the measurements behind this row came from, "
+                                    "when it is not the profile's (recommend --allow-other-model)")
 
 
 class Candidate(_Model):
@@ -107,6 +109,9 @@ class Evidence(_Model):
     source: EvidenceSource
     citations: list[str]
     notes: list[str] = []
+    provenance: Literal["measured", "alpha-only", "other-model", "unknown"] | None = Field(None, description=(
+        "how the measurements relate to the deployment (picker.inputs.provenance); null without measurements"))
+    measured_on: str | None = Field(None, description="the measured model, when it is not the profile's")
 
 
 # What every predicted speedup in a Recommendation averages over, stated once and carried in the

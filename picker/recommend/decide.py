@@ -167,12 +167,15 @@ def per_task_rows(table: ScoredTable, chosen: Scored | None) -> list[TaskRow]:
         if best is None:
             continue
         s = [best.speedup_at(tb, which=i) for i in range(3)]
-        temps = [b.temperature for b in tb]
-        t_mid = sorted(temps)[len(temps) // 2]
-        a = table.alpha(best.plugin.name, task, t_mid)
+        # The α the decision used: the task's heaviest bucket's, its source over all the task's
+        # buckets. (The median temperature's α showed a prior when no cell lay near it, while the
+        # decision ran on the measured cell at the temperature most of the traffic has.)
+        a = table.alpha(best.plugin.name, task, max(tb, key=lambda b: b.weight).temperature)
+        sources = {table.alpha(best.plugin.name, task, b.temperature).source for b in tb}
         rows.append(TaskRow(
             task=task, weight=round(weight, 4), strategy=best.plugin.name, alpha=round(a.mean, 3),
-            alpha_range=(round(a.low, 3), round(a.high, 3)), evidence=a.source,  # type: ignore[arg-type]
+            alpha_range=(round(a.low, 3), round(a.high, 3)),
+            evidence=sources.pop() if len(sources) == 1 else "mixed",  # type: ignore[arg-type]
             predicted_speedup=SpeedupRange(mean=round(s[0], 3), low=round(min(s), 3), high=round(max(s), 3)),
             deployed_speedup=round(chosen.speedup_at(tb), 3) if chosen else 1.0))
     return rows

@@ -161,7 +161,9 @@ def recommend_command(profile: WorkloadProfile, measurements: Measurements | Non
     scorer = Scorer(profile, measurements, est, measured_costs=measured_costs,
                     verify_curve=verify_curve_beside(measurements_path))
     table = score_workload(scorer, path=path)
-    rec = decide(table, path=path)
+    from picker.recommend.provenance_labels import with_provenance
+
+    rec = with_provenance(decide(table, path=path), profile, measurements)
     rows = explain(scorer, table) if want_explain else []
     if plot_path is not None:
         drawn = plot(plot_path, table, rec) if rec.decision.strategy != "none" else False

@@ -122,4 +122,6 @@ def recommend(profile: WorkloadProfile, measurements: Measurements | None = None
     ``measured_costs`` and ``verify_curve``.
     """
     scorer = Scorer(profile, measurements, policy, measured_costs=measured_costs, verify_curve=verify_curve)
-    return decide(score_workload(scorer, path=path), path=path)
+    from picker.recommend.provenance_labels import with_provenance
+
+    return with_provenance(decide(score_workload(scorer, path=path), path=path), profile, measurements)

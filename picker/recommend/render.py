@@ -57,6 +57,10 @@ def _shell_quote(arg: str) -> str:
     return f"'{arg}'" if any(ch in arg for ch in ' {}"[]') else arg
 
 
+def _on(model: str | None) -> str:
+    return f", measured on {model}" if model else ""  # measurements of another model (--allow-other-model)
+
+
 def markdown(rec: Recommendation) -> str:
     d = rec.decision
     ps = rec.predicted_speedup
@@ -71,14 +75,14 @@ def markdown(rec: Recommendation) -> str:
             f"Expected speedup over plain decoding: **{_x(ps.mean)}** (range {_x(ps.low)}–{_x(ps.high)}; "
             f"the deployed policy averaged over the profile's task mix, concurrency ranges and temperatures, "
             f"token-weighted, with its batch schedule and temperature switch), "
-            f"evidence: {rec.evidence.source}. Break-even: **α ≥ {rec.break_even_alpha:.2f}** per token, i.e. "
+            f"evidence: {rec.evidence.source}{_on(rec.evidence.measured_on)}. Break-even: **α ≥ {rec.break_even_alpha:.2f}** per token, i.e. "
             f"**≥ {rec.break_even_accept_length:.2f} tokens per verify step** (bonus included).", "",
             "### Why", *[f"- {r}" for r in rec.rationale], "",
         ]
         out += ["### When not to speculate", ""]
         sw = d.temperature_switch
         out.append(f"- Temperature: {'turn it off above T = ' + format(sw.above, 'g') if sw.above is not None else 'no switch needed'} ({sw.reason}).")
-        out += ["", "| batch size | draft tokens | predicted speedup at that batch (task mix, temperatures) "
+        out += ["", f"| batch size | draft tokens | predicted speedup at that batch (task mix, temperatures){_on(rec.evidence.measured_on)} "
                     "| break-even α |", "|---|---|---|---|"]
         for r in d.batch_schedule:
             hi = "∞" if r.max_batch is None else str(r.max_batch)
@@ -94,7 +98,7 @@ def markdown(rec: Recommendation) -> str:
             "|---|---|---|---|---|---|---|"]
     for t in rec.per_task:
         rng = f"{t.alpha:.2f} ({t.alpha_range[0]:.2f}–{t.alpha_range[1]:.2f})" if t.alpha_range else "—"
-        out.append(f"| {t.task} | {t.weight:.0%} | {t.strategy} | {rng} | {t.evidence} | "
+        out.append(f"| {t.task} | {t.weight:.0%} | {t.strategy} | {rng} | {t.evidence}{_on(t.measured_on)} | "
                    f"{_x(t.predicted_speedup.mean)} | {_x(t.deployed_speedup)} |")
     out += ["", "## Alternatives", "", "Each configuration at full depth at every batch, over the whole workload "
             "(no batch schedule, no temperature switch): the ranking the decision is made on.", "",

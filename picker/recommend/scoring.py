@@ -20,6 +20,7 @@ from typing import Any
 
 from picker.engine.plugins import StrategyPlugin
 from picker.inputs.measurements import TEMPERATURE_MATCH, Cell, Measurements
+from picker.inputs.provenance import costs_transfer
 from picker.inputs.workload import WorkloadProfile
 from picker.recommend.table import Alpha, Bucket, BucketKey, Option, Speedups
 from policies import (
@@ -37,10 +38,7 @@ from policies import (
     speedup,
 )
 
-# `specpick profile --backend` names against workload engine names, where they differ.
-BACKEND_ENGINE = {"llamacpp": "llama_cpp"}
-
-__all__ = ["Alpha", "BACKEND_ENGINE", "Bucket", "Option", "Scorer", "cost_context", "shape_of"]
+__all__ = ["Alpha", "Bucket", "Option", "Scorer", "cost_context", "shape_of"]
 
 
 class Scorer:
@@ -62,9 +60,8 @@ class Scorer:
         self.policy = policy
         self.priors = load_priors()
         self.ctx = cost_context(profile)
-        backend = str(((getattr(measurements, "run", None) or {}).get("backend", ""))) if measurements else ""
-        engine = BACKEND_ENGINE.get(backend, backend)
-        self.measured_costs = engine == profile.engine.name if measured_costs is None else measured_costs
+        # Costs transfer only from the deployment's own engine and hardware (picker.inputs.provenance).
+        self.measured_costs = costs_transfer(profile, measurements, measured_costs)
         self.verify_curve = tuple(verify_curve) if verify_curve else None
         self._evidence: dict[tuple[str, str, float, int], Evidence] = {}
         # Memo tables per option (options hash by identity): the scorer's own, never the option's.

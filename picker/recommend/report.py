@@ -1,0 +1,249 @@
+"""``specpick report``: one self-contained HTML page a team attaches to a rollout ticket.
+
+Built from the Recommendation's JSON contract plus the series of the same scoring pass
+(``picker.recommend.report_data``): decision and rollout, per-task table, α per task type, gain
+against N and against batch size with the crossover marked, the batch schedule, measured against
+predicted, engine configs with copy buttons, evidence with one citation per source. Styles and
+images are inlined (PNG data URIs); every inserted string is escaped; nothing is fetched.
+
+    >>> page = html_page(ReportData(rec=rec_dict, alpha=[], gain_n=[], gain_batch=[], measured=[]))  # doctest: +SKIP
+    >>> page.startswith("<!DOCTYPE html>")                                                          # doctest: +SKIP
+    True
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from html import escape
+from typing import Any
+
+from picker.recommend import report_plots as plots
+from picker.recommend.report_data import ReportData
+
+SECTIONS = ("decision", "rollout", "per-task", "alpha", "gain", "schedule", "measured", "alternatives",
+            "engine-configs", "evidence")
+
+CSS = """
+body{font:15px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1d2430;background:#f6f7f9}
+main{max-width:1040px;margin:0 auto;padding:24px}
+h1{font-size:24px;margin:0 0 4px}h2{font-size:19px;margin:28px 0 10px;border-bottom:1px solid #dde1e6;padding-bottom:4px}
+section{background:#fff;border:1px solid #e2e5ea;border-radius:8px;padding:4px 18px 14px;margin:14px 0}
+table{border-collapse:collapse;width:100%;font-size:14px}th,td{text-align:left;padding:5px 8px;border-bottom:1px solid #eceef1}
+th{background:#f1f3f6}.num{text-align:right;font-variant-numeric:tabular-nums}
+.badge{display:inline-block;padding:1px 8px;border-radius:10px;font-size:12px;background:#e8ecf2}
+.measured{background:#d6f0dc}.prior{background:#f3e6c8}.mixed{background:#dce6f5}
+.warn{background:#fff4e0;border-left:4px solid #e0a030;padding:6px 10px;margin:6px 0}
+.big{font-size:28px;font-weight:600}img.plot{max-width:100%;height:auto;display:block;margin:8px 0}
+pre{background:#0f1720;color:#e6edf3;padding:10px;border-radius:6px;overflow-x:auto;white-space:pre-wrap;
+word-break:break-all;font-size:13px}button.copy{float:right;margin:2px 0 4px;padding:3px 10px;cursor:pointer}
+.muted{color:#5b6573;font-size:13px}
+"""
+
+# Copy the <pre> a button names; navigator.clipboard where the page is a secure context, else a
+# selected textarea and execCommand (older browsers, some file:// setups).
+JS = """
+function copyText(text){
+  if (navigator.clipboard && window.isSecureContext) {
+    return navigator.clipboard.writeText(text).catch(function(){ return fallbackCopy(text); });
+  }
+  return Promise.resolve(fallbackCopy(text));
+}
+function fallbackCopy(text){
+  var t = document.createElement('textarea'); t.value = text; t.setAttribute('readonly', '');
+  t.style.position = 'fixed'; t.style.opacity = '0'; document.body.appendChild(t); t.select();
+  try { document.execCommand('copy'); } finally { document.body.removeChild(t); }
+}
+document.querySelectorAll('button.copy').forEach(function(b){
+  b.addEventListener('click', function(){
+    var text = document.getElementById(b.dataset.target).textContent;
+    copyText(text).then(function(){ b.textContent = 'Copied'; b.dataset.copied = '1'; });
+  });
+});
+"""
+
+
+def _e(value: Any) -> str:
+    return escape(str(value), quote=True)
+
+
+def _x(v: float | None) -> str:
+    return "—" if v is None else f"{v:.2f}x"
+
+
+def _badge(source: str, on: str | None = None) -> str:
+    label = source + (f", measured on {on}" if on else "")
+    return f'<span class="badge {_e(source)}">{_e(label)}</span>'
+
+
+def _table(head: list[str], rows: list[list[str]], numeric: set[int] | None = None) -> str:
+    """A table whose cells are already-escaped HTML fragments."""
+    numeric = numeric or set()
+    th = "".join(f"<th>{_e(h)}</th>" for h in head)
+    body = "".join("<tr>" + "".join(f'<td class="num">{c}</td>' if i in numeric else f"<td>{c}</td>"
+                                    for i, c in enumerate(r)) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _img(uri: str | None, ident: str, alt: str) -> str:
+    if uri is None:
+        why = "nothing to draw" if plots.available() else "install the plot extra (matplotlib) to draw it"
+        return f'<p class="muted">No plot: {_e(why)}.</p>'
+    return f'<img class="plot" id="{_e(ident)}" src="{_e(uri)}" alt="{_e(alt)}">'
+
+
+def config_blocks(name: str, cfg: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(kind, caption, text to paste) for one engine's config: its CLI tokens shell-quoted, TensorRT-LLM's
+    YAML, an adaptive-k JSON file. Unsupported engines have none."""
+    if not cfg.get("supported", False):
+        return []
+    out = []
+    if cfg.get("args"):
+        out.append(("flags", "command-line flags", shlex.join(str(a) for a in cfg["args"])))
+    if "speculative_config" in cfg and not cfg.get("args"):
+        import yaml
+
+        out.append(("yaml", "config YAML", yaml.safe_dump({"speculative_config": cfg["speculative_config"]},
+                                                  sort_keys=False).rstrip()))
+    if "adaptive_config" in cfg:
+        out.append(("json", "speculative_adaptive.json", json.dumps(cfg["adaptive_config"], indent=2)))
+    return out
+
+
+def _decision(rec: dict[str, Any]) -> str:
+    d, ps, ev = rec["decision"], rec["predicted_speedup"], rec["evidence"]
+    if d["strategy"] == "none":
+        head = "<p class=\"big\">Leave speculative decoding off</p>"
+    else:
+        t = d["tree"]
+        shape = (f"tree depth {t['depth']}, top-k {t['topk']}, {t['num_draft_tokens']} draft tokens" if t
+                 else f"{d['num_speculative_tokens']} draft tokens per step")
+        head = (f'<p class="big">Enable <code>{_e(d["strategy"])}</code> ({_e(shape)}) on {_e(rec["engine"])}</p>'
+                f'<p>Predicted speedup <b>{_e(_x(ps["mean"]))}</b> (range {_e(_x(ps["low"]))}–{_e(_x(ps["high"]))}), '
+                f'evidence {_badge(ev["source"], ev.get("measured_on"))}. Break-even α ≥ <b>{rec["break_even_alpha"]:.2f}</b>'
+                f' (≥ {rec["break_even_accept_length"]:.2f} tokens per verify step, bonus included).</p>')
+        sw = d["temperature_switch"]
+        head += (f"<p>Temperature switch: {_e('off above T = ' + format(sw['above'], 'g') if sw['above'] is not None else 'none')}"
+                 f" — {_e(sw['reason'])}.</p>")
+    why = "".join(f"<li>{_e(r)}</li>" for r in rec["rationale"])
+    warns = "".join(f'<div class="warn">{_e(w)}</div>' for w in rec.get("warnings", []))
+    return f"{head}<ul>{why}</ul>{warns}"
+
+
+def _rollout(rec: dict[str, Any]) -> str:
+    items = "".join(f"<li><b>{_e(s['name'])}</b> — {_e(s['action'])}<br><span class=\"muted\">Gate: {_e(s['gate'])}</span></li>"
+                    for s in rec["rollout"])
+    return f"<ol>{items}</ol>"
+
+
+def _per_task(rec: dict[str, Any]) -> str:
+    rows = []
+    for t in rec["per_task"]:
+        rng = t.get("alpha_range")
+        alpha = "—" if t["alpha"] is None else (f"{t['alpha']:.2f}" + (f" ({rng[0]:.2f}–{rng[1]:.2f})" if rng else ""))
+        rows.append([_e(t["task"]), f"{t['weight']:.0%}", _e(t["strategy"]), _e(alpha),
+                     _badge(t["evidence"], t.get("measured_on")), _e(_x(t["predicted_speedup"]["mean"])),
+                     _e(_x(t["deployed_speedup"]))])
+    return _table(["task", "share", "best strategy", "α (range)", "evidence", "best alone", "deployed"], rows,
+                  {1, 5, 6})
+
+
+def _schedule(rec: dict[str, Any]) -> str:
+    rows = []
+    for r in rec["decision"]["batch_schedule"]:
+        hi = "∞" if r["max_batch"] is None else str(r["max_batch"])
+        k = "off" if r["num_speculative_tokens"] == 0 else str(r["num_speculative_tokens"])
+        rows.append([_e(f"{r['min_batch']}–{hi}"), _e(k), _e(_x(r["predicted_speedup"])),
+                     _e(_x(r["predicted_speedup_at_max_batch"]))])
+    on = rec["evidence"].get("measured_on")
+    note = f'<p class="muted">Speedups measured on {_e(on)}.</p>' if on else ""
+    return note + _table(["batch size", "draft tokens", "speedup at min batch", "at max batch"], rows, {2, 3})
+
+
+def _alternatives(rec: dict[str, Any]) -> str:
+    rows = []
+    for c in rec["alternatives"]:
+        t = c["tree"]
+        setting = f"depth {t['depth']}, top-k {t['topk']}, {t['num_draft_tokens']} tokens" if t else f"N={c['num_speculative_tokens']}"
+        p = c["predicted_speedup"]
+        rows.append([_e(c["strategy"]), _e(setting), _e(f"{_x(p['mean'])} ({_x(p['low'])}–{_x(p['high'])})"),
+                     f"{c['break_even_alpha']:.2f}", "yes" if c["feasible"] and c["engine_supported"] else "no",
+                     _e("; ".join(c["notes"]))])
+    return _table(["strategy", "setting", "speedup (range)", "break-even α", "deployable", "notes"], rows, {3})
+
+
+def _engines(configs: dict[str, Any]) -> str:
+    if not configs:
+        return "<p>No engine config: speculation stays off.</p>"
+    parts = []
+    for i, (name, cfg) in enumerate(configs.items()):
+        parts.append(f"<h3>{_e(name)} <span class=\"muted\">(targets {_e(cfg.get('version'))})</span></h3>")
+        if not cfg.get("supported", False):
+            parts.append(f"<p class=\"muted\">Not available: {_e(cfg.get('reason'))}</p>")
+            continue
+        if cfg.get("note"):
+            parts.append(f"<p class=\"muted\">{_e(cfg['note'])}</p>")
+        for j, (kind, caption, text) in enumerate(config_blocks(name, cfg)):
+            ident = f"cfg-{i}-{j}"
+            parts.append(f'<div class="config" data-engine="{_e(name)}" data-kind="{_e(kind)}"><span class="muted">{_e(caption)}</span>'
+                         f'<button class="copy" type="button" data-target="{ident}">Copy</button>'
+                         f'<pre id="{ident}">{_e(text)}</pre></div>')
+    return "".join(parts)
+
+
+def _measured(data: ReportData, uri: str | None) -> str:
+    if not data.measured:
+        return "<p class=\"muted\">No measurements given (specpick report --measurements summary.json).</p>"
+    rows = [[_e(c.task), _e(c.strategy), f"{c.temperature:g}", str(c.num_draft_tokens),
+             f"{c.alpha:.2f} ({c.alpha_ci[0]:.2f}–{c.alpha_ci[1]:.2f})",
+             f"{c.prior_alpha:.2f} ({c.prior_range[0]:.2f}–{c.prior_range[1]:.2f})",
+             "—" if c.tau is None else f"{c.tau:.2f}", "—" if c.predicted_tau is None else f"{c.predicted_tau:.2f}"]
+            for c in data.measured]
+    on = data.rec["evidence"].get("measured_on")
+    note = f'<p class="muted">Measured on {_e(on)}, not on the deployed model.</p>' if on else ""
+    return (note + _img(uri, "plot-measured", "measured against predicted")
+            + _table(["task", "strategy", "T", "N", "measured α (95% CI)", "prior α (range)", "measured τ",
+                      "predicted τ"], rows, {2, 3, 6, 7}))
+
+
+def _evidence(rec: dict[str, Any]) -> str:
+    ev = rec["evidence"]
+    notes = "".join(f"<li>{_e(n)}</li>" for n in ev["notes"])
+    cites = "".join(f"<li>{_e(c)}</li>" for c in ev["citations"])
+    prov = f" Provenance: {_badge(ev['provenance'])}." if ev.get("provenance") else ""
+    return f"<p>Source: {_badge(ev['source'], ev.get('measured_on'))}.{prov}</p><ul>{notes}</ul><h3>Citations</h3><ol>{cites}</ol>"
+
+
+def html_page(data: ReportData, title: str | None = None) -> str:
+    """The whole page as one string (UTF-8 HTML5, no external references)."""
+    rec = data.rec
+    alpha_uri = plots.alpha_by_task(data.alpha)
+    n_uri, n_words = plots.gain_vs_n(data.gain_n)
+    b_uri, b_words = plots.gain_vs_batch(data.gain_batch)
+    m_uri = plots.measured_vs_predicted(data.measured)
+    cross = "".join(f"<li>{_e(w)}</li>" for w in [*n_words, *b_words])
+    on = rec["evidence"].get("measured_on")
+    label = f'<p class="muted">Resting partly on measurements of {_e(on)}, not of the deployed model.</p>' if on else ""
+    notes = "".join(f"<li>{_e(n)}</li>" for n in data.notes)
+    body = {
+        "decision": ("Decision", _decision(rec)),
+        "rollout": ("Rollout", _rollout(rec)),
+        "per-task": ("Per task type", _per_task(rec)),
+        "alpha": ("α per task type", label + _img(alpha_uri, "plot-alpha", "alpha per task type with intervals")),
+        "gain": ("Predicted gain", label + _img(n_uri, "plot-gain-n", "predicted speedup against N")
+                 + _img(b_uri, "plot-gain-batch", "predicted speedup against batch size")
+                 + (f"<ul class=\"muted\">{cross}</ul>" if cross else "")),
+        "schedule": ("Batch schedule", _schedule(rec)),
+        "measured": ("Measured against predicted", _measured(data, m_uri)),
+        "alternatives": ("Alternatives", _alternatives(rec)),
+        "engine-configs": ("Engine configs", _engines(rec["engine_configs"] if data.engine_configs is None
+                                                      else data.engine_configs)),
+        "evidence": ("Evidence", _evidence(rec) + (f"<ul class=\"muted\">{notes}</ul>" if notes else "")),
+    }
+    sections = "".join(f'<section id="{sid}"><h2>{_e(body[sid][0])}</h2>{body[sid][1]}</section>' for sid in SECTIONS)
+    name = title or f"Speculative decoding plan: {rec['profile']}"
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+            f"<title>{_e(name)}</title><style>{CSS}</style></head><body><main>"
+            f"<h1>{_e(name)}</h1><p class=\"muted\">engine {_e(rec['engine'])} · generated by specpick report</p>"
+            f"{sections}</main><script>{JS}</script></body></html>\n")
