@@ -137,3 +137,19 @@ def test_builtin_factories_build_through_the_registry(tmp_path: object) -> None:
     assert (look.W, look.N, look.G) == (2, 4, 1)
     out = generate(target, [0, 3, 4, 3, 4, 3], bind(look, plugins["lookahead"].capabilities), max_new_tokens=8)
     assert len(out.tokens) == 8
+
+
+def test_prompt_lookup_on_a_new_sequence_without_reset() -> None:
+    """reset() is optional: a drafter that indexed a long sequence and is then asked about a shorter
+    one (a new generation) must propose from the new sequence alone, never index past its end."""
+    import numpy as np
+
+    from picker.engine.drafting import DraftContext, SamplingParams
+    from strategies.ngram.drafter import PromptLookupDrafter
+
+    d = PromptLookupDrafter(num_draft_tokens=3, n_max=2)
+    rng = np.random.default_rng(0)
+    long = [1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2]
+    assert d.propose(DraftContext(long, 11, SamplingParams(), rng, 8)).tree.tokens == (3, 4, 5)
+    short = [5, 6, 7, 5, 6]  # "5 6" was indexed at 4..5 of the long sequence: stale here
+    assert d.propose(DraftContext(short, 5, SamplingParams(), rng, 8)).tree.tokens == (7, 5, 6)

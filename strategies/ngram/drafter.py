@@ -58,6 +58,11 @@ class PromptLookupDrafter:
         The n-gram ending at the last position is never indexed: it is the suffix we look up,
         and matching it with itself would propose nothing.
         """
+        if len(tokens) < self._next_end:
+            # A shorter sequence than the one indexed: another generation without reset() (the hook
+            # is optional). Its positions say nothing about this one, so index it afresh.
+            self._ends = {n: {} for n in self.sizes}
+            self._next_end = 0
         for end in range(self._next_end, len(tokens)):
             for n, table in self._ends.items():
                 if end >= n:
@@ -73,7 +78,7 @@ class PromptLookupDrafter:
             if length < n or k < 1:
                 continue
             end = self._ends[n].get(tuple(tokens[length - n :]))
-            if end is None:
+            if end is None or end >= length:  # >= length: indexed on another sequence of equal length
                 continue
             chain: list[int] = []
             for j in range(k):  # past the sequence's end, repeat the period (length - end)
