@@ -93,7 +93,9 @@ setup_llamacpp() {  # $ENGINES_DIR/llamacpp/{bin/llama-server, models/ci-target.
     else
         if [[ ! -f "$sdist" ]]; then
             log "downloading the $name sdist"
-            "$PROJECT_PYTHON" -m pip download --quiet --no-deps --no-binary :all: --no-build-isolation \
+            # Build isolation on purpose: pip reads an sdist's metadata through its build backend
+            # (scikit-build-core), which it then fetches into a throwaway env; nothing is built here.
+            "$PROJECT_PYTHON" -m pip download --quiet --no-deps --no-binary :all: \
                 "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" -d "$ENGINES_DIR" \
                 || { log "could not download it: put $name.tar.gz in $ENGINES_DIR"; return 1; }
         fi
