@@ -47,15 +47,18 @@ def reference_tokens(backend: TorchBackend, ids: Sequence[int], max_new: int = M
     return out.tokens
 
 
-def reference_top2(backend: TorchBackend, ids: Sequence[int], tokens: Sequence[int], position: int) -> Top2:
-    """The reference backend's top-2 log-probabilities before ``tokens[position]``: one forward of the
-    prompt and the ``position`` tokens before it (the same backend, fed causally)."""
-    prefix = [*ids, *tokens[:position]]
+def reference_logprobs(backend: TorchBackend, ids: Sequence[int], tokens: Sequence[int]) -> np.ndarray:
+    """The reference backend's log-probabilities before each of ``tokens`` (rows), from one forward
+    of the prompt and the tokens fed causally: the same backend, read back without the loop."""
+    backend.reset()
     with torch.inference_mode():
-        logits = backend.prefill(prefix).logits[0, -1].double()
-    logp = torch.log_softmax(logits, dim=-1)
-    top = torch.topk(logp, 2)
-    return ((int(top.indices[0]), float(top.values[0])), (int(top.indices[1]), float(top.values[1])))
+        logits = backend.forward([*ids, *tokens[:-1]], logits_from=len(ids) - 1).logits[0].double()
+    return torch.log_softmax(logits, dim=-1).numpy()
+
+
+def reference_top2(backend: TorchBackend, ids: Sequence[int], tokens: Sequence[int], position: int) -> Top2:
+    """The reference backend's top-2 log-probabilities before ``tokens[position]``."""
+    return top2_of(reference_logprobs(backend, ids, tokens[: position + 1])[position])
 
 
 @dataclass(frozen=True)

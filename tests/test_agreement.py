@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 import torch
 
+torch.set_num_threads(1)  # one thread: two on a busy 2-core machine are many times slower
+
 from picker.backend import TorchBackend
 from picker.prompting import load_prompt_tokenizer
 from picker.runtime import zoo_paths
