@@ -16,7 +16,7 @@
 # local disk on these machines, ~5.5 GB installed). vLLM keeps the CPU torch 2.13.0 it was built for.
 # llama.cpp: llama-server built with cmake from the sources vendored in the llama-cpp-python sdist
 # (server target only; $JOBS parallel jobs, default 2), and the ci zoo's target and draft converted
-# to GGUF by scripts/llamacpp_convert.py in the project's Python ($PROJECT_PYTHON, default python3).
+# to GGUF by scripts/llamacpp_convert.py in the project's Python ($PROJECT_PYTHON, default <repo>/.venv).
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -35,7 +35,10 @@ SGLANG_DEPS=(numpy msgspec psutil requests pydantic packaging orjson pybase64 pi
              compressed-tensors gguf)
 
 LLAMA_CPP_PYTHON_VERSION="0.3.36"  # its sdist vendors the llama.cpp (picker.engine_configs.ENGINE_VERSIONS)
-PROJECT_PYTHON="${PROJECT_PYTHON:-python3}"
+# The project's Python (it converts the zoo, which it may first have to build): the repo's .venv
+# when there is one (the README's install), else python3 on PATH.
+PROJECT_PYTHON="${PROJECT_PYTHON:-$REPO/.venv/bin/python}"
+[[ -x "$PROJECT_PYTHON" ]] || PROJECT_PYTHON=python3
 # Offline and lean: no HTTPS client, no web UI (it would download prebuilt assets), no tests.
 LLAMA_CMAKE_FLAGS=(-DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF
                    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_UI=OFF
@@ -100,7 +103,7 @@ setup_llamacpp() {  # $ENGINES_DIR/llamacpp/{bin/llama-server, models/ci-target.
                 || { log "could not download it: put $name.tar.gz in $ENGINES_DIR"; return 1; }
         fi
         [[ -d "$src" ]] || tar xzf "$sdist" -C "$dir"
-        log "building llama-server into $dir/build (~20-50 min on 2 cores; log: $dir/build.log)"
+        log "building llama-server into $dir/build (~13 min on 2 cores; log: $dir/build.log)"
         start=$(date +%s)
         cmake -S "$src" -B "$dir/build" "${LLAMA_CMAKE_FLAGS[@]}" >"$dir/build.log" 2>&1
         cmake --build "$dir/build" --target llama-server -j "${JOBS:-2}" >>"$dir/build.log" 2>&1 \
