@@ -65,12 +65,14 @@ def _probe_batches(schedule: list[ScheduleEntry]) -> list[tuple[int, int]]:
     return out
 
 
-def _profile_cases() -> tuple[list[dict[str, Any]], list[tuple[str, dict[str, Any]]]]:
-    cases, unsupported = [], []
+def _profile_cases() -> tuple[list[dict[str, Any]], list[tuple[str, dict[str, Any]]], list[str]]:
+    cases, unsupported, off = [], [], []
     for path in sorted((ROOT / "profiles").glob("*.yaml")):
         rec = recommend(load_profile(path))
         cfg = rec.engine_configs.get("sglang")
         if cfg is None:  # the decision is "leave speculation off": nothing to deploy
+            assert rec.decision.strategy == "none", path
+            off.append(path.stem)
             continue
         if not cfg["supported"]:
             unsupported.append((path.stem, rec.engine_configs))
@@ -78,7 +80,7 @@ def _profile_cases() -> tuple[list[dict[str, Any]], list[tuple[str, dict[str, An
         sched = [ScheduleEntry(r.min_batch, r.max_batch, r.num_speculative_tokens)
                  for r in rec.decision.batch_schedule]
         cases.append(_case(f"profile:{path.stem}", cfg, strategy=rec.decision.strategy, schedule=sched))
-    return cases, unsupported
+    return cases, unsupported, off
 
 
 def _shape_cases() -> list[dict[str, Any]]:
@@ -117,7 +119,7 @@ NEGATIVE = [  # (id, args, a fragment of SGLang's own error)
 GAP = ("gap:tokens-beyond-tree", [*EAGLE, "--speculative-num-steps", "3", "--speculative-eagle-topk", "4",
                                   "--speculative-num-draft-tokens", "64"])
 
-PROFILE_CASES, UNSUPPORTED = _profile_cases()
+PROFILE_CASES, UNSUPPORTED, OFF = _profile_cases()
 SHAPE_CASES = _shape_cases()
 POSITIVE = PROFILE_CASES + SHAPE_CASES
 
@@ -184,7 +186,9 @@ def test_sglang_accepts_trees_that_cannot_run_so_our_rule_stays(resolved: dict[s
 
 
 def test_every_profile_is_covered() -> None:
-    assert len(PROFILE_CASES) + len(UNSUPPORTED) == len(list((ROOT / "profiles").glob("*.yaml")))
+    # Every shipped profile emits a config SGLang resolves, one it cannot run (said so), or none at
+    # all because the plan leaves speculation off.
+    assert len(PROFILE_CASES) + len(UNSUPPORTED) + len(OFF) == len(list((ROOT / "profiles").glob("*.yaml")))
 
 
 @pytest.mark.parametrize("profile, cfgs", UNSUPPORTED, ids=[p for p, _ in UNSUPPORTED])
