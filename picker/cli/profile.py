@@ -97,6 +97,9 @@ def profile(
     num_draft_tokens: Annotated[str, typer.Option(
         help="Draft lengths: N, A-B or a list (torch); live: the server's N where it cannot tell.")] = "4",
     max_new_tokens: Annotated[int, typer.Option(min=1, max=16384)] = 64,
+    ignore_eos: Annotated[bool, typer.Option(help="Generate exactly --max-new-tokens (engines' ignore_eos; the "
+                                                 "torch loop stops at no EOS): lengths independent of the model.")]
+    = False,
     limit_per_task: Annotated[int, typer.Option(help="At most this many prompts per task.", min=1)] = 40,
     ci_target: Annotated[float, typer.Option(help="Stop a cell at this 95% CI half-width of alpha (0: never).",
                                              min=0.0, max=0.5)] = 0.03,
@@ -135,8 +138,8 @@ def profile(
         out=out, tasks=list(by_task), temperatures=temps, strategies=chosen, num_draft_tokens=lengths,
         max_new_tokens=max_new_tokens, limit_per_task=limit_per_task,
         rule=StopRule(ci_target, min_samples, early_stop, plain_samples), seed=seed, resume=resume,
-        plain=plain, plot=plot, concurrency=levels,
-        meta={"concurrency": levels, "backend": backend.value, "target": model or url or "zoo", "prompts": prompts,
+        plain=plain, plot=plot, concurrency=levels, ignore_eos=ignore_eos,
+        meta={"concurrency": levels, "ignore_eos": ignore_eos, "backend": backend.value, "target": model or url or "zoo", "prompts": prompts,
               "category_map": category_map, "tasks": list(by_task), "temperatures": temps,
               "strategies": chosen, "num_draft_tokens": lengths, "limit_per_task": limit_per_task},
     )

@@ -217,6 +217,8 @@ class LlamaCppSource:
             body = {"prompt": render_turn(prompt, turn, history), "n_predict": params.max_new_tokens,
                     "temperature": cell.temperature, "top_k": 0, "top_p": 1.0, "min_p": 0.0,
                     "seed": request_seed(params.seed, prompt.id, turn)}
+            if params.ignore_eos:
+                body["ignore_eos"] = True
             fields = parse_completion(self.client.post_json(url, body), url=url,
                                       speculative=bool(self.speculative), plain=plain)
             history.append(fields.pop("text"))

@@ -38,7 +38,7 @@ from picker.tasks import Prompt
 
 SUMMARY_EVERY_S = 20.0  # rewrite summary.json at least this often, so a kill leaves a recent one
 # Settings a resumed run must share with the run it continues: records made under others differ.
-RESUME_KEYS = ("backend", "target", "max_new_tokens", "seed", "prompts")
+RESUME_KEYS = ("backend", "target", "max_new_tokens", "seed", "prompts", "ignore_eos")
 
 
 @dataclass
@@ -60,6 +60,7 @@ class ProfileConfig:
     meta: dict[str, Any] = field(default_factory=dict)  # written to run.json / summary "run"
     # Requests in flight, one group of cells per value (None: the source's own concurrency).
     concurrency: list[int] | None = None
+    ignore_eos: bool = False  # generate exactly max_new_tokens (GenParams.ignore_eos)
 
 
 # Stops that hold across resumes; running out of prompts does not (a resume may raise the limit).
@@ -100,7 +101,7 @@ class Profiler:
         self.by_cell: dict[CellKey, list[Record]] = defaultdict(list)
         for record in self.log.records:
             self.by_cell[record.cell].append(record)
-        self.params = GenParams(config.max_new_tokens, config.seed)
+        self.params = GenParams(config.max_new_tokens, config.seed, config.ignore_eos)
         self.started = time.monotonic()
         self.last_summary = 0.0
         self.status = "running"

@@ -175,7 +175,8 @@ class SGLangSource:
         start = time.perf_counter()
         for turn in range(len(prompt.turns)):
             body = {"text": render_turn(prompt, turn, history),
-                    "sampling_params": {"temperature": cell.temperature, "max_new_tokens": params.max_new_tokens}}
+                    "sampling_params": {"temperature": cell.temperature, "max_new_tokens": params.max_new_tokens,
+                                        **({"ignore_eos": True} if params.ignore_eos else {})}}
             resp = self.client.post_json(url, body)
             meta = resp.get("meta_info") if isinstance(resp, dict) else None
             if not isinstance(resp, dict) or not isinstance(resp.get("text"), str) or not isinstance(meta, dict):
@@ -194,7 +195,8 @@ class SGLangSource:
         start = time.perf_counter()
         for turn in range(len(prompt.turns)):
             body = {"text": render_turn(prompt, turn, history),
-                    "sampling_params": {"temperature": cell.temperature, "max_new_tokens": params.max_new_tokens}}
+                    "sampling_params": {"temperature": cell.temperature, "max_new_tokens": params.max_new_tokens,
+                                        **({"ignore_eos": True} if params.ignore_eos else {})}}
             resp = self.client.post_json(url, body)
             if not isinstance(resp, dict) or not isinstance(resp.get("text"), str):
                 raise EndpointError(url, "response has no 'text' string")

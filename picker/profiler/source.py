@@ -36,6 +36,9 @@ class GenParams:
 
     max_new_tokens: int
     seed: int = 0
+    # Generate exactly max_new_tokens: engines get their ignore_eos, the torch loop stops at no EOS.
+    # Lengths then do not depend on the model's taste (a zoo that answers EOS at once).
+    ignore_eos: bool = False
 
 
 @dataclass(frozen=True)

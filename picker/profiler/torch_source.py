@@ -158,7 +158,8 @@ class TorchSource:
             probe = SiblingProbe(SIBLING_RANKS) if caps is not None and caps.tree else None
             run = serve(target, ids, bind(drafter, caps), concurrency=cell.concurrency,
                         sampling=SamplingParams(temperature=cell.temperature), max_new_tokens=params.max_new_tokens,
-                        max_draft=max_draft, rng=rng, eos_token_id=self.eos, tokenizer=self.tokenizer, observer=probe)
+                        max_draft=max_draft, rng=rng, eos_token_id=None if params.ignore_eos else self.eos, tokenizer=self.tokenizer,
+                           observer=probe)
             for i, (p, gen) in enumerate(zip(batch, run.generations)):
                 history[p.id].append(gen.text or "")
                 tokens[p.id] += len(gen.tokens)
@@ -215,7 +216,8 @@ class TorchSource:
             probe = SiblingProbe(SIBLING_RANKS) if caps is not None and caps.tree else None
             gen = generate(self.target, ids, bind(drafter, caps), sampling=SamplingParams(temperature=cell.temperature),
                            max_new_tokens=params.max_new_tokens, max_draft=max_draft,
-                           rng=rng, eos_token_id=self.eos, tokenizer=self.tokenizer, observer=probe)
+                           rng=rng, eos_token_id=None if params.ignore_eos else self.eos, tokenizer=self.tokenizer,
+                           observer=probe)
             history.append(gen.text or "")
             tokens += len(gen.tokens)
             turns_counters.append(step_counters(gen.records, probe.steps.get(0, []) if probe is not None else ()))

@@ -204,6 +204,8 @@ class VLLMSource:
         for turn in range(len(prompt.turns)):
             body = {"model": model or self.model, "prompt": render_turn(prompt, turn, history),
                     "max_tokens": params.max_new_tokens, "temperature": cell.temperature, "seed": params.seed}
+            if params.ignore_eos:
+                body["ignore_eos"] = True
             resp = self.client.post_json(url, body)
             try:
                 history.append(str(resp["choices"][0]["text"]))

@@ -58,9 +58,17 @@ def test_profile_times_plain_on_a_second_server_and_recommend_uses_vllms_step_co
     for c in cells:
         print(c["task"], "alpha", c["alpha"], "tau", c["tau"], "speedup_vs_plain", c["speedup_vs_plain"])
         assert c["num_draft_tokens"] == 4 and c["tau"] > 1.0 and c["speedup_vs_plain"] > 0.0
-    profile = load_profile(ROOT / "profiles" / "code-assistant-8b-a100.yaml")  # engine: vllm
-    scorer = Scorer(profile, load_measurements(out / "summary.json"))
-    assert scorer.measured_costs  # the measurements come from the engine the profile deploys on
+    shipped = load_profile(ROOT / "profiles" / "code-assistant-8b-a100.yaml")  # engine: vllm
+    meas = load_measurements(out / "summary.json")
+    # The server runs the zoo, not the shipped profile's Llama: its costs are not that deployment's
+    # (picker.inputs.provenance). A profile of the served model and engine build takes them.
+    assert not Scorer(shipped, meas).measured_costs
+    prov = meas.run["provenance"]  # type: ignore[attr-defined]
+    profile = shipped.model_copy(update={
+        "model": shipped.model.model_copy(update={"name": prov["model"]["name"]}),
+        "engine": shipped.engine.model_copy(update={"version": prov.get("engine_version") or shipped.engine.version})})
+    scorer = Scorer(profile, meas)
+    assert scorer.measured_costs  # the measurements come from the model and engine the profile deploys
     ev = scorer.evidence(load_strategies()["ngram"], "code", 0.0)
     assert ev.source == "measured" and ev.cost is not None and ev.cost.step_points
     n, ratio = ev.cost.step_points[0]
