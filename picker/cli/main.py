@@ -200,3 +200,5 @@ from picker.cli import sweep as _sweep  # noqa: E402,F401  -- registers `specpic
 from picker.zoo import cli as _zoo_cli  # noqa: E402  -- `specpick zoo build|path|...`
 
 app.add_typer(_zoo_cli.app, name="zoo")
+from picker.cli import models as _models_cli  # noqa: E402  -- `specpick models fetch|list`
+app.add_typer(_models_cli.app, name="models")
