@@ -63,7 +63,7 @@ def layouts() -> dict[str, Layout]:
 @pytest.fixture(scope="module")
 def backends(layouts: dict[str, Layout]) -> dict[str, TorchBackend]:
     torch.set_num_threads(1)  # timing on a shared 2-core machine: one thread (FACTS.md)
-    return {role: TorchBackend.from_pretrained(layout.hf, capacity=1024)
+    return {role: TorchBackend.from_pretrained(layout.hf)
             for role, layout in layouts.items()}
 
 
