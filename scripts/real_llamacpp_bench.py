@@ -56,8 +56,8 @@ def _wait(base: str, proc: subprocess.Popen[bytes]) -> None:
 
 
 def run_config(server: str, target: Path, extra: list[str], port: int, max_tokens: int,
-               log: Path) -> list[dict[str, object]]:
-    cmd = [server, "-m", str(target), "-t", "2", "-c", "4096", "-np", "1", "--host", "127.0.0.1",
+               log: Path, threads: int, per_task: int) -> list[dict[str, object]]:
+    cmd = [server, "-m", str(target), "-t", str(threads), "-c", "4096", "-np", "1", "--host", "127.0.0.1",
            "--port", str(port), "--metrics", *extra]
     with open(log, "wb") as fh:
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT)
@@ -66,7 +66,7 @@ def run_config(server: str, target: Path, extra: list[str], port: int, max_token
     try:
         _wait(base, proc)
         for task, prompts in PROMPTS.items():
-            for i, text in enumerate(prompts):
+            for i, text in enumerate(prompts[:per_task]):
                 t0 = time.perf_counter()
                 out = _post(base + "/v1/chat/completions", {
                     "messages": [{"role": "user", "content": text}], "temperature": 0,
@@ -94,6 +94,10 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--draft-n", type=int, nargs="+", default=[4])
     ap.add_argument("--port", type=int, default=18431)
+    ap.add_argument("--threads", type=int, default=2, help="-t and -td")
+    ap.add_argument("--prompts-per-task", type=int, default=3)
+    # e.g. --server-arg=--no-repack: a build whose AMX kernels crash on this CPU (seen here)
+    ap.add_argument("--server-arg", action="append", default=[], help="extra llama-server flag")
     args = ap.parse_args()
     pair = find_pair("qwen2.5-coder")
     cache = (args.cache or default_cache()).resolve()
@@ -101,19 +105,22 @@ def main() -> None:
     configs = {"plain": []}
     for n in args.draft_n:
         configs[f"draft-simple N={n}"] = ["-md", str(draft), "--spec-type", "draft-simple",
-                                          "--spec-draft-n-max", str(n), "-td", "2"]
+                                          "--spec-draft-n-max", str(n), "-td", str(args.threads)]
     configs["ngram-simple"] = ["--spec-type", "ngram-simple"]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     results: dict[str, object] = {}
     plain_text: dict[tuple[str, int], str] = {}
     for name, extra in configs.items():
-        rows = run_config(args.server, target, extra, args.port, args.max_tokens,
-                          args.out.with_suffix(f".{name.replace(' ', '_')}.log"))
+        rows = run_config(args.server, target, [*extra, *args.server_arg], args.port, args.max_tokens,
+                          args.out.with_suffix(f".{name.replace(' ', '_')}.log"), args.threads,
+                          args.prompts_per_task)
         if name == "plain":
             plain_text = {(r["task"], r["prompt"]): r["text"] for r in rows}  # type: ignore[misc]
         summary = {}
         for task in PROMPTS:
             sub = [r for r in rows if r["task"] == task]
+            if not sub:
+                continue
             dn = sum(int(r["draft_n"]) for r in sub)  # type: ignore[call-overload]
             da = sum(int(r["draft_n_accepted"]) for r in sub)  # type: ignore[call-overload]
             summary[task] = {
