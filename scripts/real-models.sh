@@ -4,7 +4,7 @@
 # GGUF files, converted to float32 Hugging Face folders: ~10 GB under the cache), then the opt-in
 # tests on the pair (`pytest -m real`). Every step resumes where a killed run stopped.
 #   SPECPICKER_MODEL_CACHE  cache folder (default ~/.cache/specpicker/models)
-#   SPECPICKER_REAL_PROMPTS / SPECPICKER_REAL_TOKENS  size of the exactness test (6 prompts x 16)
+#   SPECPICKER_REAL_PROMPTS / SPECPICKER_REAL_TOKENS  size of the exactness test (8 prompts x 16)
 #   SPECPICKER_REAL_REPORT  write the tokens/s of plain and each strategy there as JSON
 # Measured here (2 busy cores): download 41 s, assemble + verify 27 s (both models); convert
 # 0.5B 2.1-2.6 min and 1.5B 4.7 min (peak 9.1 GB of memory); the tests 7.7 min at one thread.

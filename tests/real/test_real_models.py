@@ -2,7 +2,7 @@
 
 Needs ``scripts/real-models.sh`` (or ``specpick models fetch qwen2.5-coder``) first; the cache is
 ``$SPECPICKER_MODEL_CACHE`` or ``~/.cache/specpicker/models``. Sized by environment variables:
-``SPECPICKER_REAL_PROMPTS`` (how many of :data:`PROMPTS`, default 6) and
+``SPECPICKER_REAL_PROMPTS`` (how many of :data:`PROMPTS`, default all 8) and
 ``SPECPICKER_REAL_TOKENS`` (new tokens per generation, default 16). One thread, float32.
 Tokens/s of plain greedy and of each strategy, measured in the same run prompt by prompt
 (interleaved), are written as JSON to ``$SPECPICKER_REAL_REPORT`` when set, and printed.
@@ -45,7 +45,7 @@ PROMPTS = [
     "Write a bash one-liner that counts the lines of every .py file in a folder.",
     "Fix the bug in this code:\n\ndef mean(xs):\n    return sum(xs) / len(xs) + 1",
 ]
-N_PROMPTS = int(os.environ.get("SPECPICKER_REAL_PROMPTS", 6))  # 6 x 16 ran in 7.7 min here
+N_PROMPTS = int(os.environ.get("SPECPICKER_REAL_PROMPTS", len(PROMPTS)))  # 8 x 16: 7.7 min here
 N_TOKENS = int(os.environ.get("SPECPICKER_REAL_TOKENS", 16))
 
 
