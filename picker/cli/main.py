@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import typer
 
-from picker.cli import catalog, estimate, generate, profile, recommend, report, sweep
+from picker.cli import catalog, estimate, generate, models, profile, recommend, report, sweep
 from picker.zoo import cli as zoo_cli
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
@@ -22,6 +22,7 @@ for command in (recommend.recommend, estimate.estimate, catalog.schema, catalog.
                 profile.profile, sweep.sweep, report.report):
     app.command()(command)
 app.add_typer(zoo_cli.app, name="zoo")
+app.add_typer(models.app, name="models")
 
 
 def main() -> None:  # pragma: no cover - console entry point
