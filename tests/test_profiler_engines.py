@@ -76,7 +76,7 @@ def test_vllm_ngram_on_the_zoo(tmp_path: Path) -> None:
         _wait_up(f"{url}/v1/models", proc, log, limit=420)
         result = runner.invoke(app, ["profile", "--backend", "vllm", "--url", url, "--strategies", "ngram",
                                      "--tasks", "summarization,creative", "--temperatures", "0",
-                                     "--limit-per-task", "8", "--max-new-tokens", "48", "--concurrency", "4",
+                                     "--limit-per-task", "8", "--max-new-tokens", "48", "--ignore-eos", "--concurrency", "4",
                                      "--no-early-stop", "--quiet", "--out", str(tmp_path / "run")])
         assert result.exit_code == 0, result.output
     finally:

@@ -106,7 +106,7 @@ def _server(args: list[str], tmp_path: Path, name: str = "llama-server") -> Iter
 
 def _profile(url: str, out: Path, *args: str) -> dict[str, Any]:
     result = runner.invoke(app, ["profile", "--backend", "llamacpp", "--url", url, "--out", str(out), "--quiet",
-                                 "--no-plot", "--no-early-stop", "--concurrency", "4", *args])
+                                 "--no-plot", "--no-early-stop", "--ignore-eos", "--concurrency", "4", *args])
     assert result.exit_code == 0, result.output
     summary = json.loads((out / "summary.json").read_text())
     assert summary["run"]["status"] == "complete"
@@ -185,8 +185,16 @@ def test_plain_url_baseline_and_recommend_uses_llamacpps_step_cost(tmp_path: Pat
     for c in summary["cells"]:
         print(c["task"], "alpha", c["alpha"], "tau", c["tau"], "speedup_vs_plain", c["speedup_vs_plain"])
         assert c["tau"] > 1.0 and c["speedup_vs_plain"] > 0.0
-    profile = load_profile(ROOT / "profiles" / "creative-writing.yaml")  # engine: llama_cpp
-    scorer = Scorer(profile, load_measurements(tmp_path / "run" / "summary.json"))
+    shipped = load_profile(ROOT / "profiles" / "creative-writing.yaml")  # engine: llama_cpp
+    meas = load_measurements(tmp_path / "run" / "summary.json")
+    # The server runs the zoo, not the shipped profile's model: its costs are not that deployment's
+    # (picker.inputs.provenance). A profile of the served model and build takes them.
+    assert not Scorer(shipped, meas).measured_costs
+    prov = meas.run["provenance"]  # type: ignore[attr-defined]
+    profile = shipped.model_copy(update={
+        "model": shipped.model.model_copy(update={"name": prov["model"]["name"]}),
+        "engine": shipped.engine.model_copy(update={"version": prov.get("engine_version") or shipped.engine.version})})
+    scorer = Scorer(profile, meas)
     assert scorer.measured_costs
     ev = scorer.evidence(load_strategies()["vanilla"], "creative", 0.0)
     assert ev.source == "measured" and ev.cost is not None and ev.cost.step_points

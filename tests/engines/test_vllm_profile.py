@@ -43,7 +43,7 @@ def test_profile_times_plain_on_a_second_server_and_recommend_uses_vllms_step_co
         result = CliRunner().invoke(app, [
             "profile", "--backend", "vllm", "--url", servers["ngram"].url, "--plain-url", servers["plain"].url,
             "--strategies", "ngram", "--tasks", "code,structured", "--temperatures", "0", "--limit-per-task", "4",
-            "--max-new-tokens", "32", "--concurrency", "1", "--no-early-stop", "--quiet", "--no-plot",
+            "--max-new-tokens", "32", "--ignore-eos", "--concurrency", "1", "--no-early-stop", "--quiet", "--no-plot",
             "--out", str(out)])
     assert result.exit_code == 0, result.output
     summary = json.loads((out / "summary.json").read_text())
