@@ -20,7 +20,7 @@ from picker.inputs.measurements import Measurements
 from picker.inputs.workload import WorkloadProfile
 from picker.recommend.contract import Recommendation
 from picker.recommend.scoring import Scorer
-from picker.recommend.table import BATCH_GRID, Bucket, Option, harmonic
+from picker.recommend.table import BATCH_GRID, Bucket, Option, harmonic, pinned
 
 PLOT_DEPTHS = tuple(range(1, 9))
 
@@ -100,10 +100,6 @@ def _curve(scorer: Scorer, opt: Option, bs: list[Bucket]) -> tuple[float, float,
     return tuple(harmonic([(b.weight, s[i]) for b, s in zip(bs, per)]) for i in range(3))  # type: ignore[return-value]
 
 
-def _pinned(bs: list[Bucket], batch: int) -> list[Bucket]:
-    return [Bucket(b.task, batch, b.temperature, b.weight) for b in bs]
-
-
 def _chosen(options: list[Option], rec: Recommendation) -> Option | None:
     d = rec.decision
     for o in options:
@@ -132,9 +128,9 @@ def gain_series(scorer: Scorer, options: list[Option], bs: list[Bucket],
     chosen = _chosen(options, rec)
     by_batch = []
     if chosen is not None:
-        pinned = [_pinned(bs, b) for b in BATCH_GRID]
-        scorer.prime([chosen], [x for p in pinned for x in p])
-        pts = [_curve(scorer, chosen, p) for p in pinned]
+        per_batch = [pinned(bs, batch=b) for b in BATCH_GRID]
+        scorer.prime([chosen], [x for p in per_batch for x in p])
+        pts = [_curve(scorer, chosen, p) for p in per_batch]
         by_batch.append(Series(f"{chosen.plugin.name} {chosen.config.label}", tuple(float(b) for b in BATCH_GRID),
                                *(tuple(p[i] for p in pts) for i in range(3))))
     return by_n, by_batch

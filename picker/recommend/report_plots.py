@@ -60,8 +60,9 @@ def _mark_crossover(ax: Any, series: Series, log_x: bool) -> str:
     return f"{series.label}: crosses 1x at {x:.3g}"
 
 
-def gain_vs_n(series: list[Series]) -> tuple[str | None, list[str]]:
-    """Predicted workload speedup against the draft length N, each deployable strategy's chain."""
+def _gain_plot(series: list[Series], *, log_x: bool, xlabel: str, ylabel: str,
+               title: str) -> tuple[str | None, list[str]]:
+    """Predicted speedup curves with their ranges and crossovers; (PNG data URI, crossings in words)."""
     if not series or not available():
         return None, []
     fig, ax = _figure()
@@ -69,26 +70,24 @@ def gain_vs_n(series: list[Series]) -> tuple[str | None, list[str]]:
     for s in series:
         ax.plot(s.x, s.mean, marker="o", label=s.label)
         ax.fill_between(s.x, s.low, s.high, alpha=0.15)
-        words.append(_mark_crossover(ax, s, log_x=False))
-    ax.set(xlabel="N (draft tokens per step)", ylabel="predicted speedup (workload)", title="gain against N")
+        words.append(_mark_crossover(ax, s, log_x=log_x))
+    if log_x:
+        ax.set_xscale("log", base=2)
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
     ax.legend(fontsize=8)
     return _uri(fig), words
+
+
+def gain_vs_n(series: list[Series]) -> tuple[str | None, list[str]]:
+    """Predicted workload speedup against the draft length N, each deployable strategy's chain."""
+    return _gain_plot(series, log_x=False, xlabel="N (draft tokens per step)",
+                      ylabel="predicted speedup (workload)", title="gain against N")
 
 
 def gain_vs_batch(series: list[Series]) -> tuple[str | None, list[str]]:
     """Predicted speedup of the deployed configuration against batch size, the crossover marked."""
-    if not series or not available():
-        return None, []
-    fig, ax = _figure()
-    words = []
-    for s in series:
-        ax.plot(s.x, s.mean, marker="o", label=s.label)
-        ax.fill_between(s.x, s.low, s.high, alpha=0.15)
-        words.append(_mark_crossover(ax, s, log_x=True))
-    ax.set_xscale("log", base=2)
-    ax.set(xlabel="batch size (concurrent sequences)", ylabel="predicted speedup", title="gain against batch size")
-    ax.legend(fontsize=8)
-    return _uri(fig), words
+    return _gain_plot(series, log_x=True, xlabel="batch size (concurrent sequences)",
+                      ylabel="predicted speedup", title="gain against batch size")
 
 
 def alpha_by_task(points: list[AlphaPoint]) -> str | None:
