@@ -26,18 +26,23 @@ def parse_list(text: str, field: str) -> list[str]:
     return list(dict.fromkeys(items))
 
 
-def parse_temperatures(text: str) -> list[float]:
-    """``0,0.7,1`` → floats in [0, 2]."""
+def _numbers(text: str, field: str, kind: type, lo: float, hi: float, span: str) -> list:
+    """A comma list of ``kind`` values, each in [lo, hi] (order kept, duplicates removed)."""
     out = []
-    for item in parse_list(text, "--temperatures"):
+    for item in parse_list(text, field):
         try:
-            value = float(item)
+            value = kind(item)
         except ValueError:
-            raise UserError(f"not a number: {item!r}", field="--temperatures") from None
-        if not 0.0 <= value <= 2.0:
-            raise UserError(f"{value:g} outside [0, 2]", field="--temperatures")
+            raise UserError(f"not {'a number' if kind is float else 'an integer'}: {item!r}", field=field) from None
+        if not lo <= value <= hi:
+            raise UserError(f"{value:g} outside {span}", field=field)
         out.append(value)
     return out
+
+
+def parse_temperatures(text: str) -> list[float]:
+    """``0,0.7,1`` → floats in [0, 2]."""
+    return _numbers(text, "--temperatures", float, 0.0, 2.0, "[0, 2]")
 
 
 def parse_concurrency(text: str | None, default: int) -> list[int]:
@@ -48,16 +53,7 @@ def parse_concurrency(text: str | None, default: int) -> list[int]:
     """
     if text is None:
         return [default]
-    out = set()
-    for item in parse_list(text, "--concurrency"):
-        try:
-            value = int(item)
-        except ValueError:
-            raise UserError(f"not an integer: {item!r}", field="--concurrency") from None
-        if not 1 <= value <= 256:
-            raise UserError(f"{value} outside 1..256", field="--concurrency")
-        out.add(value)
-    return sorted(out)
+    return sorted(set(_numbers(text, "--concurrency", int, 1, 256, "1..256")))
 
 
 def parse_draft_lengths(text: str) -> list[int]:
