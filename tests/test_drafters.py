@@ -99,7 +99,7 @@ def draft_cache_is_fresh(drafter: DraftModelDrafter, model: torch.nn.Module) -> 
     ref.prefill(drafter._fed)
     return all(
         torch.allclose(a, b, atol=1e-5)
-        for (ka, va), (kb, vb) in zip(drafter.draft.cache_tensors(), ref.cache_tensors())
+        for (ka, va), (kb, vb) in zip(drafter.draft.cache_tensors(drafter.row, drafter.cached), ref.cache_tensors())
         for a, b in ((ka, kb), (va, vb))
     )
 
@@ -122,6 +122,37 @@ def test_vanilla_rolls_its_own_cache_back_to_the_committed_prefix() -> None:
     seq3 = [*seq2, *d2.tree.tokens, 62]
     drafter.propose(ctx(seq3))
     assert drafter._fed[: len(seq3)] == seq3 and draft_cache_is_fresh(drafter, model)
+
+
+def test_vanilla_forks_draft_together_as_they_would_alone() -> None:
+    """propose_batch over forks at different lengths and rollbacks = each proposing alone, and every
+    fork's row of the shared draft cache equals a fresh prefill of what it fed."""
+    model = tiny_llama(11, scale=20.0)
+    alone = [DraftModelDrafter(TorchBackend(model), num_draft_tokens=n) for n in (4, 2, 3)]
+    root = DraftModelDrafter(TorchBackend(model), num_draft_tokens=4)
+    together = [root, root.fork(), root.fork()]
+    for d, n in zip(together, (4, 2, 3)):
+        d.num_draft_tokens = n
+    assert sorted(d.row for d in together) == [0, 1, 2]
+    seqs = [[0, 5, 9, 11], [3, 4], [7, 7, 7, 1, 2, 6, 8]]
+    for step in range(3):
+        items = [(d, ctx(s, temperature=0.0)) for d, s in zip(together, seqs)]
+        got = root.propose_batch(items)
+        want = [d.propose(ctx(s, temperature=0.0)) for d, s in zip(alone, seqs)]
+        assert [g.tree.tokens for g in got] == [w.tree.tokens for w in want]
+        assert all(draft_cache_is_fresh(d, model) for d in together)
+        # the next committed sequences: sequence 0 accepts all, 1 accepts none, 2 accepts one
+        keep = (len(got[0]), 0, 1)
+        seqs = [[*s, *g.tree.tokens[:k], 60 + step] for s, g, k in zip(seqs, got, keep)]
+
+
+def test_vanilla_fork_rows_are_given_back() -> None:
+    import gc
+
+    root = DraftModelDrafter(TorchBackend(tiny_llama(11)), num_draft_tokens=2)
+    rows = {root.fork().row for _ in range(5)}  # each fork dropped at once: its row is lent again
+    gc.collect()
+    assert rows == {1} and root.draft.rows == 2
 
 
 def test_builtin_factories_build_through_the_registry(tmp_path: object) -> None:

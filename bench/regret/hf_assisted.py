@@ -56,9 +56,8 @@ class AssistedDrafter(DraftModelDrafter):
         super().reset(prompt_ids)
         self.schedule.n = self.start  # HF keeps the schedule per generate() call
 
-    def propose(self, ctx: DraftContext) -> Draft:
-        self.num_draft_tokens = self.schedule.n
-        return super().propose(ctx)
+    def draft_length(self, ctx: DraftContext) -> int:
+        return min(self.schedule.n, ctx.max_draft)
 
     def stop_after(self, logits: Any, token: int, ctx: DraftContext) -> bool:
         """HF's AssistantConfidenceCriteria: stop once the drafted token's probability < threshold."""

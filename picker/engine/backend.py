@@ -33,6 +33,8 @@ the backend keeps none. Callers without a ledger (a draft model's own cache, the
 ``forward`` / ``crop`` / ``keep`` on row 0, which track ``length`` for them: the number of cache
 slots in use; ``crop(length)`` keeps the first ``length`` slots (an absolute length -- note that
 ``DynamicCache.crop`` in transformers 5.x takes a *negative count* instead; we do not use it).
+A draft model serving several sequences at once plans its own forwards over rows it borrows
+(:meth:`TorchBackend.lend_row`), each at the start its drafter tracks.
 """
 
 from __future__ import annotations
@@ -115,6 +117,7 @@ class TorchBackend:
         self._blocks: dict[tuple[int, tuple[int, ...], int], np.ndarray] = {}
         self._neg = torch.finfo(self.dtype).min  # additive "masked" value: works for sdpa and eager
         self.length = 0  # row 0's slots in use, for callers without a ledger (forward/crop/keep)
+        self._lent_free: list[int] = []  # rows given back through return_row, lent again first
         self.forward_seconds = 0.0
         self.forward_calls = 0
 
@@ -141,6 +144,22 @@ class TorchBackend:
         if rows == self.rows:
             return self
         return TorchBackend(self.model, hidden_layers=self.hidden_layers, rows=rows)
+
+    def lend_row(self) -> int:
+        """A cache row for one more sequence of a caller without a ledger (a draft model serving
+        several sequences: row 0 is its first one's). A returned row, else a new one; the rows
+        in use keep their entries. Never mix with a :class:`BatchLedger` driving the same rows."""
+        if self._lent_free:
+            return self._lent_free.pop()
+        with torch.inference_mode():  # the slabs are inference tensors
+            for layer in self._layers:
+                layer.add_row()
+        self.rows += 1
+        return self.rows - 1
+
+    def return_row(self, row: int) -> None:
+        """``row`` (from :meth:`lend_row`) is no longer used: lend it again."""
+        self._lent_free.append(row)
 
     def reset(self) -> None:
         """Forget row 0's tokens (the slabs are kept for the next sequence)."""

@@ -25,7 +25,8 @@ declares ``needs_hidden_states`` must carry a ``hidden_layers`` attribute (the t
 layers it reads besides ``"last"``; EAGLE-3 fuses low/mid/high layers, Medusa lists none); a
 ``deterministic_draft`` drafter must send ``p=None``. For concurrency above one the speculator
 serves one drafter per sequence: the optional hook ``fork()`` returns a fresh drafter for another
-sequence (sharing read-only weights), else ``spawn`` builds one.
+sequence (sharing read-only weights), else ``spawn`` builds one; the optional hook
+``propose_batch`` lets one drafter propose for all of them in one pass (:meth:`Speculator.propose_all`).
 
     >>> from picker.engine.plugins import Capabilities
     >>> spec = Speculator(object(), Capabilities(deterministic_draft=True))
@@ -35,7 +36,7 @@ sequence (sharing read-only weights), else ``spawn`` builds one.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -171,7 +172,20 @@ class Speculator:
 
     def propose(self, slot: int, ctx: DraftContext) -> Draft:
         """The slot's drafter proposes; a deterministic drafter's draft must come without ``p``."""
-        draft = self.drafter(slot).propose(ctx)
+        return self._checked(slot, self.drafter(slot).propose(ctx))
+
+    def propose_all(self, ctxs: Mapping[int, DraftContext]) -> dict[int, Draft]:
+        """Every slot's draft for one step. When the drafter has the optional hook
+        ``propose_batch(items)`` -- ``items`` its own forks (or itself) with their contexts, the
+        drafts returned in order -- it proposes for all slots at once (a draft model: one draft
+        forward per depth for every sequence); otherwise slot by slot, in ``ctxs`` order."""
+        batch = getattr(self._drafters[0], "propose_batch", None) if len(ctxs) > 1 else None
+        if batch is None:
+            return {slot: self.propose(slot, ctx) for slot, ctx in ctxs.items()}
+        drafts = batch([(self.drafter(slot), ctx) for slot, ctx in ctxs.items()])
+        return {slot: self._checked(slot, d) for slot, d in zip(ctxs, drafts, strict=True)}
+
+    def _checked(self, slot: int, draft: Draft) -> Draft:
         if draft.p is not None and self.capabilities.deterministic_draft:
             raise ValueError(f"{type(self._drafters[slot]).__name__} declares deterministic_draft "
                              "but sent p: the verifier would trust a distribution it was told is one-hot")

@@ -29,8 +29,10 @@ included; ``drafted`` counts draft nodes sent to verification, ``accepted`` the 
 accepted; tokens per step (tau) = new tokens / steps, the bonus/correction token included
 (SGLang's ``spec_accept_length`` convention); ``tokens_per_second`` = new tokens / wall seconds
 (a generation's from its admission to its end, prefill included; a run's over all sequences).
-A sequence's ``draft_seconds`` is its own drafter's time, its ``verify_seconds`` the shared
-batched forward, verification and rollback of that step. Stop rules: ``picker.engine.stopping``.
+A sequence's ``draft_seconds`` is the step's whole draft phase (every sequence's proposals: a
+drafter with ``propose_batch`` drafts for all of them at once) plus its drafter's ``observe``, its
+``verify_seconds`` the shared batched forward, verification and rollback of that step: both are
+per-step times, equal at concurrency 1 to that sequence's own. Stop rules: ``picker.engine.stopping``.
 """
 
 from __future__ import annotations
@@ -186,9 +188,12 @@ def serve(
             live[row] = _Sequence(i, row, prompt, Stopper(limit, eos_token_id, stop, tokenizer), clock)
             if speculator is not None:
                 speculator.reset(row, prompt)
-        # 1. Propose a chain or tree per sequence (nothing at its prefill: its prompt is pending).
-        drafts = {row: s.propose(speculator, ledger[row].cache_len, sampling, rng, max_draft)
-                  for row, s in live.items()}
+        # 1. Propose a chain or tree per sequence, all in one draft phase (none at a prefill: the prompt is pending).
+        t0 = time.perf_counter()
+        drafts = dict.fromkeys(live, EMPTY_DRAFT)
+        if speculator is not None:
+            drafts.update(speculator.propose_all({row: s.context(sampling, rng, max_draft) for row, s in live.items()
+                                                  if ledger[row].cache_len > 0}))
         t1 = time.perf_counter()
         # 2. ONE target forward: every row's pending token(s), then its draft with tree attention.
         plan = ledger.forward({row: d.tree for row, d in drafts.items()})
@@ -205,7 +210,8 @@ def serve(
         for i, (row, f) in enumerate(zip(plan.rows, plan.plans)):
             hidden = _kept_hidden(fwd.hidden, i, f.n_pending, results[row]) if want_hidden else None
             s = live[row]
-            if s.finish_step(drafts[row], results[row], q[row], hidden, verify_s, speculator, sampling, observer):
+            if s.finish_step(drafts[row], results[row], q[row], hidden, t1 - t0, verify_s, speculator, sampling,
+                             observer):
                 done[s.index] = s.generation(tokenizer)
                 ledger.release(row)
                 del live[row]
@@ -235,21 +241,13 @@ class _Sequence:
         self.records: list[StepRecord] = []
         self.hidden: dict[Any, Any] | None = None
         self.reason: StopReason | None = None
-        self.draft_s = 0.0
         self.start, self.forward0, self.joined = clock.elapsed(), clock.target.forward_seconds, clock.steps
 
-    def propose(self, speculator: Speculator | None, cached: int, sampling: SamplingParams,
-                rng: np.random.Generator, max_draft: int) -> Draft:
-        t0 = time.perf_counter()
-        draft = EMPTY_DRAFT
-        if speculator is not None and cached > 0:
-            ctx = DraftContext(self.seq, self.prompt_len, sampling, rng, max_draft, self.hidden)
-            draft = speculator.propose(self.row, ctx)
-        self.draft_s = time.perf_counter() - t0
-        return draft
+    def context(self, sampling: SamplingParams, rng: np.random.Generator, max_draft: int) -> DraftContext:
+        return DraftContext(self.seq, self.prompt_len, sampling, rng, max_draft, self.hidden)
 
     def finish_step(self, draft: Draft, result: VerifyResult, q_logits: np.ndarray, hidden: dict[Any, Any] | None,
-                    verify_s: float, speculator: Speculator | None, sampling: SamplingParams,
+                    draft_s: float, verify_s: float, speculator: Speculator | None, sampling: SamplingParams,
                     observer: StepObserver | None) -> bool:
         """Emit, observe and record this step; True when the sequence is done."""
         emitted, self.reason = self.stopper.emit(self.out, result.tokens)
@@ -265,7 +263,7 @@ class _Sequence:
                              result, q_logits, sampling)
             self.clock.observed += time.perf_counter() - t1
         self.records.append(StepRecord(len(draft), result.num_accepted, _first_rejection(draft.tree, result),
-                                       len(emitted), self.draft_s + t1 - t0, verify_s))
+                                       len(emitted), draft_s + t1 - t0, verify_s))
         return self.reason is not None
 
     def generation(self, tokenizer: Decoder | None) -> Generation:

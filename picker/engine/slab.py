@@ -101,6 +101,14 @@ class SlabLayer(CacheLayerMixin):
             setattr(self, name, new)
         self.capacity = capacity
 
+    def add_row(self) -> None:
+        """One more row (a sequence's cache), empty; the rows held keep their entries."""
+        if self.is_initialized:
+            for name in ("keys", "values"):
+                old = getattr(self, name)
+                setattr(self, name, torch.cat([old, old.new_zeros((1, *old.shape[1:]))]))
+        self.rows += 1
+
     def compact(self, row: int, index: torch.Tensor, base: int) -> None:
         """Move row ``row``'s slots ``index`` to ``base, base + 1, ...`` (gathered first: overlaps are safe)."""
         if self.is_initialized:

@@ -3,7 +3,8 @@
 Per step it reads one vector, the target's final hidden state at the position that produced the
 pending token (``ctx.hidden["last"][-1]``), runs every head at once, takes each head's top-ranked
 tokens and fills the tree ``config.choices`` (cut to ``ctx.max_draft`` nodes; the stored order
-makes every prefix a valid tree). The candidates are chosen, not sampled, so the draft carries
+makes every prefix a valid tree); under load every sequence's heads run in one batched pass
+(:meth:`MedusaDrafter.propose_batch`). The candidates are chosen, not sampled, so the draft carries
 ``p=None`` and the verifier's deterministic-draft rule keeps sampling exact.
 
 At temperature > 0 (unless ``sample_drafts=False``) the same shape is instead filled with tokens
@@ -79,15 +80,34 @@ class MedusaDrafter:
         shape = TokenTree.from_choices(used, [list(range(width))] * depth)
         return used, depth, width, shape
 
-    @torch.inference_mode()
     def propose(self, ctx: DraftContext) -> Draft:
-        hidden = None if ctx.hidden is None else ctx.hidden.get("last")
-        if hidden is None or len(hidden) == 0 or ctx.max_draft <= 0:
-            return EMPTY_DRAFT  # nothing to read yet (or no room): plain decoding this step
-        used, depth, width, shape = self._plans[min(ctx.max_draft, len(self.choices))]
-        h = torch.as_tensor(hidden[-1], dtype=self.lm_head.dtype)
-        logits = self.heads.logits(h, self.lm_head, heads=depth)        # (depth, V)
-        self._ranked = None
+        return self.propose_batch([(self, ctx)])[0]
+
+    @torch.inference_mode()
+    def propose_batch(self, items: Sequence[tuple[MedusaDrafter, DraftContext]]) -> list[Draft]:
+        """Drafts for several sequences (this drafter and its forks): every head runs once over all
+        of their hidden states, then each sequence fills its tree (draws in item order)."""
+        reads = {}
+        for i, (drafter, ctx) in enumerate(items):
+            drafter._ranked = None
+            hidden = None if ctx.hidden is None else ctx.hidden.get("last")
+            if hidden is not None and len(hidden) > 0 and ctx.max_draft > 0:  # else nothing to read (or no room)
+                reads[i] = torch.as_tensor(hidden[-1], dtype=self.lm_head.dtype)
+        drafts = [EMPTY_DRAFT] * len(items)
+        if not reads:
+            return drafts
+        plans = {i: self._plans[min(items[i][1].max_draft, len(self.choices))] for i in reads}
+        depth = max(plan[1] for plan in plans.values())
+        logits = self.heads.logits(torch.stack(list(reads.values())), self.lm_head, heads=depth)  # (B, depth, V)
+        for b, i in enumerate(reads):
+            drafter, ctx = items[i]
+            drafts[i] = drafter._fill(plans[i], logits[b, : plans[i][1]], ctx)
+        return drafts
+
+    def _fill(self, plan: tuple[tuple[tuple[int, ...], ...], int, int, TokenTree], logits: torch.Tensor,
+              ctx: DraftContext) -> Draft:
+        """One sequence's tree from its heads' logits ``(depth, V)``: drawn, or each head's top-k."""
+        used, _, width, shape = plan
         if self.sample_drafts and not ctx.sampling.greedy:
             return sampled_tree(shape, logits.double().numpy(), ctx.sampling, ctx.rng)
         candidates = logits.topk(width, dim=-1).indices.tolist()        # ranks per head
