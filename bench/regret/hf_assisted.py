@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from picker.engine.drafting import Draft, DraftContext, StepOutcome
+from picker.engine.drafting import DraftContext, StepOutcome
 from picker.engine.sampling import warp
 from strategies.vanilla.drafter import DraftModelDrafter
 
