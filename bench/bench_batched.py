@@ -84,8 +84,7 @@ def gain_table(target: TorchBackend, specs: dict[str, Callable[[], Speculator]],
 
 def overhead(run: Served) -> float:
     """Share of the run's wall time outside target forwards and drafting (draft models, heads, lookups)."""
-    drafting = sum(r.draft_seconds for g in run.generations for r in g.records)
-    return max(0.0, 1.0 - (run.forward_seconds + drafting) / run.seconds)
+    return max(0.0, 1.0 - (run.forward_seconds + run.draft_seconds) / run.seconds)
 
 
 def main() -> None:

@@ -192,3 +192,21 @@ def test_sibling_probe_measures_sampled_rejections_without_changing_the_output()
                                                num_draft_tokens=3), Capabilities(needs_draft_model=True)),
              max_new_tokens=16, observer=greedy_probe)
     assert not any(r for r, _ in greedy_probe.steps[0])  # at T = 0 only drafters that rank (last_scores)
+
+
+def test_a_batched_draft_phase_is_timed_once_per_step() -> None:
+    """At concurrency 4 a draft model drafts for all sequences in one phase: the run's draft time is
+    that phase (counted once, disjoint from the target's forwards), each record's the whole phase."""
+    from picker.engine.loop import serve
+    from strategies.vanilla.drafter import make_drafter
+
+    target = tiny_backend(6, scale=8.0).with_rows(4)
+    drafter = make_drafter(target_backend=target, draft_backend=tiny_backend(7, scale=8.0), num_draft_tokens=3)
+    prompts = [PROMPT, PROMPT[:3], PROMPT[1:], PROMPT[:5], PROMPT]
+    run = serve(target, prompts, bind(drafter, Capabilities(needs_draft_model=True)), concurrency=4, max_new_tokens=12)
+    assert 0.0 < run.draft_seconds <= run.seconds - run.forward_seconds
+    per_record = sum(r.draft_seconds for g in run.generations for r in g.records)
+    assert per_record > run.draft_seconds  # every live sequence's record carries the shared phase
+    assert run.totals()["draft_seconds"] == run.draft_seconds
+    assert [g.tokens for g in run.generations] == [serve(target, [p], max_new_tokens=12).generations[0].tokens
+                                                   for p in prompts]

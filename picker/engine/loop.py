@@ -130,6 +130,7 @@ class Served:
     seconds: float  # wall time of the run (observers excluded)
     forward_seconds: float
     concurrency: int
+    draft_seconds: float = 0.0  # the run's draft phases (each step's once) and drafters' observe calls
 
     @property
     def new_tokens(self) -> int:
@@ -142,6 +143,7 @@ class Served:
     def totals(self) -> dict[str, Any]:
         return {"requests": len(self.generations), "concurrency": self.concurrency, "steps": self.steps,
                 "new_tokens": self.new_tokens, "seconds": self.seconds, "forward_seconds": self.forward_seconds,
+                "draft_seconds": self.draft_seconds,
                 "tokens_per_second": self.tokens_per_second,
                 "drafted": sum(g.stats.drafted for g in self.generations),
                 "accepted": sum(g.stats.accepted for g in self.generations)}
@@ -195,6 +197,7 @@ def serve(
             drafts.update(speculator.propose_all({row: s.context(sampling, rng, max_draft) for row, s in live.items()
                                                   if ledger[row].cache_len > 0}))
         t1 = time.perf_counter()
+        clock.drafting += t1 - t0
         # 2. ONE target forward: every row's pending token(s), then its draft with tree attention.
         plan = ledger.forward({row: d.tree for row, d in drafts.items()})
         fwd = target.run(plan, hidden=want_hidden, layers=speculator.hidden_layers if want_hidden else None)
@@ -217,7 +220,7 @@ def serve(
                 del live[row]
         clock.steps += 1
     return Served([done[i] for i in range(len(prompts))], clock.steps, clock.elapsed(),
-                  target.forward_seconds - clock.forward0, concurrency)
+                  target.forward_seconds - clock.forward0, concurrency, clock.drafting)
 
 
 class _Clock:
@@ -225,7 +228,7 @@ class _Clock:
 
     def __init__(self, target: TorchBackend) -> None:
         self.target, self.start, self.forward0 = target, time.perf_counter(), target.forward_seconds
-        self.observed, self.steps = 0.0, 0
+        self.observed, self.steps, self.drafting = 0.0, 0, 0.0
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start - self.observed
@@ -258,6 +261,7 @@ class _Sequence:
             speculator.observe(self.row, StepOutcome(draft, result.accepted_nodes, result.tokens, self.seq,
                                                      hidden, q_logits=q_logits))
         t1 = time.perf_counter()
+        self.clock.drafting += t1 - t0  # a drafter's observe is drafting work (lookahead's window)
         if observer is not None:
             observer.on_step(self.index, None if speculator is None else speculator.drafter(self.row), draft,
                              result, q_logits, sampling)
