@@ -231,8 +231,9 @@ class TorchBackend:
             slots = torch.from_numpy(np.add.outer(np.array(starts), np.arange(width))).to(self.device)
         for layer in self._layers:
             layer.plan(fed_rows, starts, width, slots)
-        # One causal chain needs no explicit mask: transformers builds the causal one itself.
-        causal = len(plans) == 1 and plans[0].drafts.is_chain
+        # Causal chains at one start and one width (plain decoding of a batch in step, any chain at
+        # batch 1) need no explicit mask: transformers builds the causal one itself, more cheaply.
+        causal = len(set(starts)) == 1 and all(f.drafts.is_chain and len(f.tokens) == width for f in plans)
         mask = None if causal else self._mask(plans, width)
         t0 = time.perf_counter()
         out = self.model(

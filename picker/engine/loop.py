@@ -292,6 +292,8 @@ def _kept_hidden(states: dict[Any, torch.Tensor] | None, i: int, n_pending: int,
 def _verify(draft: Draft, q_logits: np.ndarray, sampling: SamplingParams, rng: np.random.Generator) -> VerifyResult:
     """Greedy on raw logits; otherwise warp q exactly as the drafter warped p, then sample."""
     if sampling.greedy:
+        if not draft.tree.tokens:  # plain decoding: the argmax at the root (verify_greedy_chain's answer)
+            return VerifyResult(0, (int(q_logits[0].argmax()),), ())
         if draft.is_chain:
             return verify_greedy_chain(draft.tree.tokens, q_logits)
         return verify_greedy_tree(draft.tree, q_logits)
