@@ -116,6 +116,26 @@ def test_proposals_are_valid_trees_within_max_draft(toy: dict[str, Any]) -> None
     assert len(drafter.propose(_ctx(None))) == 0  # no hidden state yet: plain decoding
 
 
+def test_batched_heads_propose_what_each_sequence_would_alone(toy: dict[str, Any]) -> None:
+    """One heads pass over several sequences (different caps, one with nothing to read yet) gives
+    each the tree it gets alone, greedy and sampled (same draws in item order)."""
+    drafter = make_drafter(target_backend=toy["target"], artifact=toy["root"] / "trained")
+    forks = [drafter, drafter.fork(), drafter.fork(), drafter.fork()]
+    hidden = toy["data"].heldout.hidden["last"]
+    reads = [{"last": hidden[0, :3]}, {"last": hidden[1, :5]}, None, {"last": hidden[2, :2]}]
+    caps = (100, 3, 5, 7)
+    for temperature in (0.0, 1.0):
+        def ctxs(seed: int) -> list[DraftContext]:
+            rng = np.random.default_rng(seed)  # one generator, drawn in item order, as the loop does
+            return [DraftContext([0, 5, 6], 3, SamplingParams(temperature), rng, cap, h) for h, cap in zip(reads, caps)]
+        together = drafter.propose_batch(list(zip(forks, ctxs(4))))
+        alone = [d.propose(c) for d, c in zip(forks, ctxs(4))]
+        for got, want in zip(together, alone):
+            assert got.tree == want.tree and (got.p is None) == (want.p is None)
+            assert got.p is None or np.allclose(got.p, want.p, atol=1e-6)
+        assert len(together[2]) == 0
+
+
 def test_tree_tokens_are_the_heads_top_ranks(toy: dict[str, Any]) -> None:
     drafter = make_drafter(target_backend=toy["target"], artifact=toy["root"] / "trained",
                            choices=[[0], [1], [0, 0]])

@@ -1,0 +1,171 @@
+"""The load curve against our own measured curves: a profile run at several concurrencies.
+
+    $ python -m bench.load.measured --run RUN --calibration CAL.json --draft DRAFT_FOLDER
+    $ python -m bench.load.measured --run RUN --calibration CAL.json --draft DRAFT --json out.json
+
+``RUN`` is a ``specpick profile ... --concurrency 1,2,4,8,16`` folder: its summary's load section
+holds, per (task, temperature, strategy, N, tree), the measured gain over plain decoding at every
+level. As for the published curves (``bench.load.predict``), E[L] is the one thing taken from the
+measurement, at the curve's smallest concurrency; every other level is a prediction,
+S(C) = E[L] · t_plain(C) / t_step(C) (``policies.loadcurve.load_step_cost``), on the engine curve
+of ``--engine`` (default ``hf``: eager PyTorch, what the reference engine runs) with the
+calibration file's constants (``scripts/gpu_calibrate.py --device cpu --model TARGET``: forward
+timings of the target alone, no speculative run) and the shape it records. A draft model's shape
+is counted from ``--draft``'s config (its parameters, not a lookup).
+
+Printed: per curve the measured and predicted gains, the measured crossover (gain = 1, from the
+profile's load section) and the predicted one on the same grid; then the median |error| over
+predicted points and how many crossovers land within one grid step (issue 16's goal), and whether
+the model predicts a crossover where none was measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from picker.inputs.hardware import get_hardware
+from policies.calibration import read_calibration
+from policies.loadcurve import EngineCurve, engine_curve, load_step_cost
+from policies.roofline import ModelShape
+
+CONTEXT = 64  # tokens in cache, about a zoo prompt plus half its output
+GOAL_STEPS = 1  # crossover within one step of the measured grid (issue 16)
+
+
+@dataclass(frozen=True)
+class CurveCheck:
+    key: str
+    levels: tuple[int, ...]
+    measured: tuple[float, ...]
+    predicted: tuple[float, ...]
+    measured_crossover: int | None  # the first level at or below 1 after one above it (grid index)
+    predicted_crossover: int | None
+
+    @property
+    def errors(self) -> list[float]:
+        return [p / m - 1.0 for p, m in zip(self.predicted[1:], self.measured[1:])]
+
+    @property
+    def crossover_ok(self) -> bool:
+        """Within one grid step, or neither crosses."""
+        if self.measured_crossover is None or self.predicted_crossover is None:
+            return self.measured_crossover == self.predicted_crossover
+        return abs(self.measured_crossover - self.predicted_crossover) <= GOAL_STEPS
+
+
+def grid_crossover(gains: Sequence[float]) -> int | None:
+    """Index of the first level whose gain is below 1 while the one before was at or above it.
+
+    >>> grid_crossover([1.4, 1.1, 0.9, 0.7]), grid_crossover([1.2, 1.1]), grid_crossover([0.8, 0.7])
+    (2, None, None)
+    """
+    for i in range(1, len(gains)):
+        if gains[i - 1] >= 1.0 > gains[i]:
+            return i
+    return None
+
+
+def shape_of(folder: Path) -> ModelShape:
+    """A Hugging Face folder's roofline shape: parameters counted from its config (float32 weights)."""
+    cfg = json.loads((folder / "config.json").read_text())
+    h, layers, vocab = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["vocab_size"]
+    heads = cfg["num_attention_heads"]
+    kv = cfg.get("num_key_value_heads", heads)
+    head_dim = cfg.get("head_dim") or h // heads
+    inter = cfg["intermediate_size"]
+    per_layer = h * head_dim * (2 * heads + 2 * kv) + 3 * h * inter + 2 * h
+    embed = vocab * h * (1 if cfg.get("tie_word_embeddings") else 2)
+    return ModelShape(params=float(layers * per_layer + embed + h), num_layers=layers, hidden_size=h,
+                      num_kv_heads=kv, head_dim=head_dim, vocab_size=vocab, bytes_per_param=4.0,
+                      kv_bytes_per_elem=4.0, name=folder.name)
+
+
+def _kind(strategy: str) -> str:
+    from picker.engine.plugins import load_strategies
+
+    return load_strategies()[strategy].capabilities.draft_cost
+
+
+def predict(entry: dict[str, Any], target: ModelShape, draft: ModelShape | None, curve: EngineCurve,
+            hw: Any) -> CurveCheck:
+    levels = tuple(int(c) for c, _ in entry["gain"])
+    measured = tuple(float(g) for _, g in entry["gain"])
+    n = int(entry["num_draft_tokens"])
+    tree = entry.get("tree")
+    depth = _tree_depth(tree) if tree else None
+    kind = _kind(entry["strategy"])
+
+    def ratio(c: int) -> float:  # t_plain / t_step at concurrency c
+        cost = load_step_cost(kind, target, hw, c, n, n + 1, CONTEXT, curve,  # type: ignore[arg-type]
+                              draft if kind == "draft_model" else None, depth)
+        return cost.plain_seconds / (cost.draft_seconds + cost.verify_seconds)
+
+    length = measured[0] / ratio(levels[0])  # E[L] fixed at the smallest level
+    predicted = tuple(length * ratio(c) for c in levels)
+    key = f"{entry['task']} T={entry['temperature']:g} {entry['strategy']} N={n}" + (f" tree={tree}" if tree else "")
+    return CurveCheck(key, levels, measured, predicted, grid_crossover(measured), grid_crossover(predicted))
+
+
+def _tree_depth(tree: Any) -> int | None:
+    """A tree label's depth when it says one (e.g. ``'3x2'`` or ``{'depth': 3}``), else None."""
+    if isinstance(tree, dict):
+        return tree.get("depth")
+    digits = str(tree).split("x")[0]
+    return int(digits) if digits.isdigit() else None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--run", type=Path, action="append", required=True, help="profile run folder (repeatable)")
+    ap.add_argument("--calibration", type=Path, required=True)
+    ap.add_argument("--draft", type=Path, default=None, help="the draft model's folder (vanilla)")
+    ap.add_argument("--engine", default="hf")
+    ap.add_argument("--hardware", default="cpu")
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args(argv)
+    cal = read_calibration(args.calibration)
+    target = cal.model.to_shape()
+    overrides = {k: v for k, v in cal.constants.model_dump().items() if v is not None}
+    curve = engine_curve(args.engine, overrides, label=f"calibrated ({args.calibration.name})")
+    hw = get_hardware(args.hardware)
+    draft = shape_of(args.draft) if args.draft else None
+    checks = []
+    for run in args.run:
+        summary = json.loads((run / "summary.json").read_text())
+        checks += [predict(e, target, draft, curve, hw) for e in summary.get("load", []) if len(e["gain"]) > 1]
+    _print(checks)
+    if args.json:
+        args.json.write_text(json.dumps([{**asdict(c), "errors": c.errors, "crossover_ok": c.crossover_ok}
+                                         for c in checks], indent=1))
+    return 0
+
+
+def _print(checks: Sequence[CurveCheck]) -> None:
+    levels = checks[0].levels if checks else ()
+    print("| curve | " + " | ".join(f"C={c}" for c in levels) + " | crossover measured / predicted |")
+    print("|---|" + "---|" * len(levels) + "---|")
+    for c in checks:
+        cells = " | ".join(f"{m:.2f} / {p:.2f}" for m, p in zip(c.measured, c.predicted))
+        mx = "none" if c.measured_crossover is None else f"C={c.levels[c.measured_crossover]}"
+        px = "none" if c.predicted_crossover is None else f"C={c.levels[c.predicted_crossover]}"
+        print(f"| {c.key} | {cells} | {mx} / {px} |")
+    errors = [abs(e) for c in checks for e in c.errors]
+    crossing = [c for c in checks if c.measured_crossover is not None]
+    false = [c for c in checks if c.measured_crossover is None and c.predicted_crossover is not None]
+    if errors:
+        print(f"\nmedian |error| over {len(errors)} predicted points: {statistics.median(errors):.1%} "
+              f"(p90 {sorted(errors)[math.ceil(0.9 * len(errors)) - 1]:.1%})")
+    print(f"crossovers within {GOAL_STEPS} grid step: {sum(c.crossover_ok for c in crossing)}/{len(crossing)} "
+          f"measured crossings; crossings predicted where none was measured: {len(false)}/"
+          f"{len(checks) - len(crossing)}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
