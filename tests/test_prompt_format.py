@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 from picker.cli.main import app
 from picker.errors import UserError
 from picker.profiler.prompt_format import PromptRenderer, resolve_format
+from picker.profiler.provenance import CHAT_TEMPLATE, MODEL_TEMPLATE
 from picker.profiler.run import records_of
 from picker.tasks import builtin_prompts, render_turn
 from picker.tasks.encoding import encode_prompt, load_prompt_tokenizer
@@ -109,6 +110,7 @@ def test_the_zoo_has_no_template_and_is_profiled_raw(tmp_path: Path, monkeypatch
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["run"]["prompt_format"] == "raw" and summary["run"]["source"]["prompt_format"] == "raw"
     assert {c["prompt_format"] for c in summary["cells"]} == {"raw"}
+    assert summary["run"]["provenance"]["chat_template"] == CHAT_TEMPLATE
     refused = _torch("zoo", tmp_path / "chat", "--tasks", "code", "--prompt-format", "chat")
     assert refused.exit_code == 2 and "no chat template" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1
@@ -135,6 +137,7 @@ def test_a_templated_model_decodes_the_rendered_ids_every_turn(templated: Path, 
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert {c["prompt_format"] for c in summary["cells"] + summary["baselines"]} == {"chat_template"}
     assert summary["run"]["prompt_format"] == "chat_template"
+    assert summary["run"]["provenance"]["chat_template"] == MODEL_TEMPLATE
     # --prompt-format raw keeps the old role tags on the same model, and says so.
     raw = _torch(templated, tmp_path / "raw", "--prompts", str(turns_file), "--prompt-format", "raw", "--no-plain")
     assert raw.exit_code == 0, raw.output

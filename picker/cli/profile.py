@@ -168,7 +168,7 @@ def profile(
         max_new_tokens=max_new_tokens, limit_per_task=limit_per_task,
         rule=StopRule(ci_target, min_samples, early_stop, plain_samples), seed=seed, resume=resume,
         plain=plain, plot=plot, concurrency=levels, ignore_eos=ignore_eos,
-        meta={"concurrency": levels, "ignore_eos": ignore_eos, "backend": backend.value, "target": model or url or "zoo", "prompts": prompts,
+        meta={"concurrency": levels, "ignore_eos": ignore_eos, "backend": backend.value, "target": url or model or "zoo", "prompts": prompts,
               "category_map": category_map, "tasks": list(by_task), "temperatures": temps,
               "strategies": chosen, "num_draft_tokens": lengths, "limit_per_task": limit_per_task,
               "prompt_format": source.renderer.format},  # as resolved: chat_template or raw
