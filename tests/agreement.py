@@ -7,8 +7,9 @@ The comparison: both decode ``MAX_NEW`` greedy tokens after the same prompt ids 
 ``picker.tasks.encoding.encode_prompt``). Where the ids differ, the report names the first diverging
 position with each side's top-2 log-probabilities there. A divergence is *tolerated* only when it
 is a near tie that float order can flip: both sides rank the same two tokens first and second (in
-either order) and each side's gap between them is at most the backend's stated tolerance. Past a
-divergence the two continue from different prefixes, so nothing after it is compared.
+either order) and each side's gap between them is at most the backend's stated tolerance
+(``picker.tasks.agreement.near_tie``, the rule the rollout gate applies to the baseline alone). Past
+a divergence the two continue from different prefixes, so nothing after it is compared.
 """
 
 from __future__ import annotations
@@ -22,12 +23,12 @@ import torch
 from picker.engine.backend import TorchBackend
 from picker.engine.loop import generate
 from picker.tasks import Prompt, builtin_prompts
+from picker.tasks.agreement import Top2, near_tie
 from picker.tasks.builtin import BUILDERS
 from picker.tasks.encoding import encode_prompt
 
 MAX_NEW = 32          # greedy tokens compared per prompt
 PER_TASK = 3          # 7 built-in task types x 3 = 21 prompts
-Top2 = tuple[tuple[int, float], tuple[int, float]]  # ((id, logprob), (id, logprob)), best first
 
 
 def agreement_prompts() -> list[Prompt]:
@@ -78,10 +79,8 @@ class Divergence:
         """A near tie on both sides, over the same two tokens."""
         if self.other_top2 is None:
             return False
-        pair = {t for t, _ in self.reference_top2}
-        if pair != {t for t, _ in self.other_top2} or {self.reference_token, self.other_token} != pair:
-            return False
-        return all(top[0][1] - top[1][1] <= self.tolerance for top in (self.reference_top2, self.other_top2))
+        return all(near_tie(top, self.reference_token, self.other_token, self.tolerance)
+                   for top in (self.reference_top2, self.other_top2))
 
     def describe(self) -> str:
         def fmt(top: Top2 | None) -> str:
@@ -91,14 +90,6 @@ class Divergence:
                 f"[top-2 {fmt(self.reference_top2)}] vs {self.other_token} [top-2 {fmt(self.other_top2)}]; "
                 f"tolerance {self.tolerance:g} nats between first and second -> "
                 f"{'tolerated (near tie)' if self.tolerated else 'NOT tolerated'}")
-
-
-def first_divergence(reference: Sequence[int], other: Sequence[int]) -> int | None:
-    """Index of the first differing token (a length difference counts), None when identical."""
-    for i, (a, b) in enumerate(zip(reference, other)):
-        if a != b:
-            return i
-    return None if len(reference) == len(other) else min(len(reference), len(other))
 
 
 def top2_of(logp: np.ndarray) -> Top2:

@@ -17,6 +17,7 @@ import torch
 torch.set_num_threads(1)  # one thread: two on a busy 2-core machine are many times slower
 
 from picker.engine.backend import TorchBackend
+from picker.tasks.agreement import first_divergence
 from picker.tasks.builtin import BUILDERS
 from picker.tasks.encoding import load_prompt_tokenizer
 from picker.zoo.resolve import zoo_paths
@@ -24,7 +25,6 @@ from tests.agreement import (
     MAX_NEW,
     Divergence,
     encoded_prompts,
-    first_divergence,
     reference_tokens,
     reference_top2,
     summarize,

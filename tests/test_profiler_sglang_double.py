@@ -130,7 +130,8 @@ class SGLangDouble(Loopback):
                 "internal_states": [state], "version": "0.5.23-double"}
 
     def _generate(self, req: dict[str, Any]) -> dict[str, Any]:
-        text = req["text"]
+        ids = req.get("input_ids")  # /generate takes the prompt as text or as input_ids
+        text = req["text"] if ids is None else " ".join(map(str, ids))
         params = req.get("sampling_params", {})
         max_new = int(params.get("max_new_tokens", 128))
         rng = np.random.default_rng([self.seed, zlib.crc32(text.encode())])
@@ -145,7 +146,7 @@ class SGLangDouble(Loopback):
             correct += k
             tokens += min(k + 1, max_new - tokens)  # the output is cut at max_new; counters are not
         with self.lock:
-            self.log.append({"text": text, "verify_ct": verify_ct, "correct": correct, "hist": hist,
+            self.log.append({"text": text, "input_ids": ids, "verify_ct": verify_ct, "correct": correct, "hist": hist,
                              "tokens": tokens, "temperature": params.get("temperature")})
             self.total_accept_tokens += correct + verify_ct
             self.total_forwards += verify_ct

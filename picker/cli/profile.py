@@ -37,6 +37,12 @@ from picker.profiler.options import (
 )
 
 
+class PromptFormat(str, Enum):
+    auto = "auto"
+    chat = "chat"
+    raw = "raw"
+
+
 class Backend(str, Enum):
     torch = "torch"
     sglang = "sglang"
@@ -44,9 +50,26 @@ class Backend(str, Enum):
     llamacpp = "llamacpp"
 
 
+def _renderer(model: str | None, prompt_format: str) -> Any:
+    """A live server's prompt rendering: the ``--model`` folder's tokenizer (its chat template), else raw."""
+    from picker.profiler.prompt_format import PromptRenderer
+
+    if model is None:
+        return PromptRenderer(None, prompt_format)
+    from picker.tasks.encoding import load_prompt_tokenizer
+
+    folder, _ = resolve_model(model, {})
+    try:
+        tokenizer = load_prompt_tokenizer(folder)
+    except (OSError, ValueError):
+        raise UserError("no tokenizer in this folder (a live backend's --model is the served model's Hugging "
+                        "Face folder, whose tokenizer renders the prompts)", file=str(folder), field="--model") from None
+    return PromptRenderer(tokenizer, prompt_format)
+
+
 def _source(backend: Backend, model: str | None, url: str | None, artifacts: dict[str, Path],
             client_opts: dict[str, Any], concurrency: int, threads: int, device: str,
-            plain_url: str | None = None) -> Any:
+            plain_url: str | None = None, prompt_format: str = "auto") -> Any:
     """The measuring source for ``backend`` (a loaded target, or a checked live endpoint)."""
     if plain_url is not None and backend is Backend.torch:
         raise UserError(f"--plain-url is for live backends (a second server without speculation); "
@@ -57,23 +80,24 @@ def _source(backend: Backend, model: str | None, url: str | None, artifacts: dic
         from picker.profiler.torch_source import TorchSource
 
         target, found = resolve_model(model or "zoo", artifacts)
-        return TorchSource(target, found, device=device, threads=threads)
+        return TorchSource(target, found, device=device, threads=threads, prompt_format=prompt_format)
     if url is None:
         raise UserError(f"--backend {backend.value} needs --url (the server's base URL)", field="--url")
     from picker.profiler.http import HttpClient
 
     client = HttpClient(**client_opts)
+    renderer = _renderer(model, prompt_format)
     if backend is Backend.sglang:
         from picker.profiler.sglang import SGLangSource
 
-        return SGLangSource(url, client, concurrency, plain_url=plain_url)
+        return SGLangSource(url, client, concurrency, plain_url=plain_url, renderer=renderer)
     if backend is Backend.llamacpp:
         from picker.profiler.llamacpp import LlamaCppSource
 
-        return LlamaCppSource(url, client, concurrency, plain_url=plain_url)
+        return LlamaCppSource(url, client, concurrency, plain_url=plain_url, renderer=renderer)
     from picker.profiler.vllm import VLLMSource
 
-    return VLLMSource(url, client, concurrency, plain_url=plain_url)
+    return VLLMSource(url, client, concurrency, plain_url=plain_url, renderer=renderer)
 
 
 @user_errors
@@ -81,7 +105,12 @@ def profile(
     out: Annotated[Path, typer.Option(help="Run folder: records.jsonl, summary.json, run.json, alpha.png.")],
     backend: Annotated[Backend, typer.Option(
         help="torch: the reference loop here; sglang / vllm / llamacpp: a live server.")] = Backend.torch,
-    model: Annotated[str | None, typer.Option(help="torch: 'zoo' (zoo:ci, zoo:small) or a local HF folder.")] = None,
+    model: Annotated[str | None, typer.Option(
+        help="torch: 'zoo' (zoo:ci, zoo:small) or a local HF folder; live: the served model's HF folder, whose "
+             "tokenizer renders the prompts (its chat template) into the token ids sent.")] = None,
+    prompt_format: Annotated[PromptFormat, typer.Option(
+        help="auto: every prompt through the model's chat template when its tokenizer has one, else raw text; "
+             "chat: require the template; raw: text as it is (role tags between turns).")] = PromptFormat.auto,
     url: Annotated[str | None, typer.Option(help="sglang / vllm / llamacpp: the server's base URL.")] = None,
     plain_url: Annotated[str | None, typer.Option(
         help="vllm / llamacpp: a second server of the same target without speculation, to time plain "
@@ -133,15 +162,16 @@ def profile(
     client = {"timeout": timeout, "retries": retries, "backoff": backoff}
     levels = parse_concurrency(concurrency, default=1 if backend is Backend.torch else 4)
     source = _source(backend, model, url, parse_artifacts(artifact or []), client, levels[0], threads, device,
-                     plain_url)
+                     plain_url, prompt_format.value)
     config = ProfileConfig(
         out=out, tasks=list(by_task), temperatures=temps, strategies=chosen, num_draft_tokens=lengths,
         max_new_tokens=max_new_tokens, limit_per_task=limit_per_task,
         rule=StopRule(ci_target, min_samples, early_stop, plain_samples), seed=seed, resume=resume,
         plain=plain, plot=plot, concurrency=levels, ignore_eos=ignore_eos,
-        meta={"concurrency": levels, "ignore_eos": ignore_eos, "backend": backend.value, "target": model or url or "zoo", "prompts": prompts,
+        meta={"concurrency": levels, "ignore_eos": ignore_eos, "backend": backend.value, "target": url or model or "zoo", "prompts": prompts,
               "category_map": category_map, "tasks": list(by_task), "temperatures": temps,
-              "strategies": chosen, "num_draft_tokens": lengths, "limit_per_task": limit_per_task},
+              "strategies": chosen, "num_draft_tokens": lengths, "limit_per_task": limit_per_task,
+              "prompt_format": source.renderer.format},  # as resolved: chat_template or raw
     )
     progress = RichProgress("quiet" if quiet else None)
     summary = _run(Profiler(source, by_task, config, progress), progress, out)

@@ -48,10 +48,11 @@ from typing import Any
 
 from picker.errors import UserError
 from picker.profiler.http import EndpointError, HttpClient
+from picker.profiler.prompt_format import PromptRenderer
 from picker.profiler.records import CellKey, Record
 from picker.profiler.source import DraftConfig, GenParams, bounded, single_strategy
 from picker.profiler.vllm import GAP_S, WARMUP_PROMPT, Metrics, parse_prometheus
-from picker.tasks import Prompt, render_turn
+from picker.tasks import Prompt
 
 ENGINE = "llama_cpp"  # the key strategies declare their llama.cpp name under (Capabilities.engines)
 DRAFTS = "llamacpp:spec_decode_num_drafts_total"
@@ -120,9 +121,11 @@ class LlamaCppSource:
     name = "llamacpp"
 
     def __init__(self, url: str, client: HttpClient, concurrency: int = 4, plain_url: str | None = None,
-                 gap_s: float = GAP_S) -> None:
+                 gap_s: float = GAP_S, renderer: PromptRenderer | None = None) -> None:
         self.url = url.rstrip("/")
         self.client = client
+        # Raw text unless a local tokenizer renders the chat template (then its ids are sent).
+        self.renderer = renderer or PromptRenderer(None)
         self.concurrency = concurrency
         self.props = self._props(self.url)
         self.speculative, self.types = self._slots(self.url) if self.props.get("endpoint_slots") else (None, [])
@@ -177,7 +180,8 @@ class LlamaCppSource:
         out = {"backend": "llamacpp", "url": self.url, "speculative": self.speculative,
                "speculative_types": self.types,
                "model_path": self.props.get("model_path"), "build_info": self.props.get("build_info"),
-               "total_slots": self.props.get("total_slots"), "metrics": self.metrics}
+               "total_slots": self.props.get("total_slots"), "metrics": self.metrics,
+               "prompt_format": self.renderer.format}
         if self.plain_url is not None:
             out.update(plain_url=self.plain_url, plain_model_path=self.plain_props.get("model_path"))
         return out
@@ -214,7 +218,8 @@ class LlamaCppSource:
         start = time.perf_counter()
         for turn in range(len(prompt.turns)):
             # top_k/top_p/min_p off: T > 0 samples softmax(logits / T), as the other backends do.
-            body = {"prompt": render_turn(prompt, turn, history), "n_predict": params.max_new_tokens,
+            # A string is tokenized by the server; the template's ids (a list) are taken as they are.
+            body = {"prompt": self.renderer.payload(prompt, turn, history), "n_predict": params.max_new_tokens,
                     "temperature": cell.temperature, "top_k": 0, "top_p": 1.0, "min_p": 0.0,
                     "seed": request_seed(params.seed, prompt.id, turn)}
             if params.ignore_eos:
@@ -229,7 +234,7 @@ class LlamaCppSource:
             cell=cell, prompt_ids=(prompt.id,), tokens=totals["tokens"], forwards=totals["steps"] + turns,
             steps=totals["steps"], drafted=totals["drafted"], accepted=totals["accepted"],
             wall_s=time.perf_counter() - start, source="llamacpp-plain-server" if plain else "llamacpp-timings",
-            extra={"turns": turns},
+            extra={"turns": turns, "prompt_format": self.renderer.format},
         )
 
     def report(self) -> dict[str, Any]:

@@ -24,8 +24,9 @@ from typing import Any
 
 from picker.inputs.provenance import SCHEMA
 
-# Every source sends prompts rendered by picker.tasks.render_turn to a completion endpoint.
+# How prompts were rendered (picker.profiler.prompt_format), in words, by the run's prompt_format.
 CHAT_TEMPLATE = "picker.tasks role tags (User: / Assistant:), no model chat template"
+MODEL_TEMPLATE = "the model's own chat template (its tokenizer's), every turn"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
                    "vocab.json", "merges.txt")
 TORCH_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
@@ -104,7 +105,7 @@ def collect(source: Any, meta: Mapping[str, Any], prompts: Mapping[str, Sequence
         "dtype": None,
         "prompts": str(meta.get("prompts") or "builtin"),
         "prompt_set_sha256": prompt_set_sha256(prompts),
-        "chat_template": CHAT_TEMPLATE,
+        "chat_template": MODEL_TEMPLATE if meta.get("prompt_format") == "chat_template" else CHAT_TEMPLATE,
         "date": _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
     }
     out.update({k: v for k, v in own.items() if v is not None})

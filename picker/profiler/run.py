@@ -38,7 +38,7 @@ from picker.tasks import Prompt
 
 SUMMARY_EVERY_S = 20.0  # rewrite summary.json at least this often, so a kill leaves a recent one
 # Settings a resumed run must share with the run it continues: records made under others differ.
-RESUME_KEYS = ("backend", "target", "max_new_tokens", "seed", "prompts", "ignore_eos")
+RESUME_KEYS = ("backend", "target", "max_new_tokens", "seed", "prompts", "ignore_eos", "prompt_format")
 
 
 @dataclass

@@ -29,9 +29,10 @@ from typing import Any
 
 from picker.errors import UserError
 from picker.profiler.http import EndpointError, HttpClient
+from picker.profiler.prompt_format import PromptRenderer
 from picker.profiler.records import CellKey, Record, positions_from_histogram
 from picker.profiler.source import DraftConfig, GenParams, bounded, single_strategy
-from picker.tasks import Prompt, render_turn
+from picker.tasks import Prompt
 
 _CORRECT_KEYS = ("spec_num_correct_drafts", "spec_accepted_drafts", "spec_accept_token_num")
 _HIST_KEYS = ("spec_correct_drafts_histogram", "spec_accept_histogram")
@@ -82,9 +83,11 @@ class SGLangSource:
 
     name = "sglang"
 
-    def __init__(self, url: str, client: HttpClient, concurrency: int = 4, plain_url: str | None = None) -> None:
+    def __init__(self, url: str, client: HttpClient, concurrency: int = 4, plain_url: str | None = None,
+                 renderer: PromptRenderer | None = None) -> None:
         self.url = url.rstrip("/")
         self.client = client
+        self.renderer = renderer or PromptRenderer(None)  # raw text unless a local tokenizer renders the template
         self.concurrency = concurrency
         self.info = self._server_info()
         self.plain_url = plain_url.rstrip("/") if plain_url else None
@@ -141,7 +144,8 @@ class SGLangSource:
     def describe(self) -> dict[str, Any]:
         keys = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
                 "speculative_num_draft_tokens", "model_path", "version")
-        out = {"backend": "sglang", "url": self.url, **{k: self.info.get(k) for k in keys}}
+        out = {"backend": "sglang", "url": self.url, **{k: self.info.get(k) for k in keys},
+               "prompt_format": self.renderer.format}
         return {**out, "plain_url": self.plain_url} if self.plain_url else out
 
     def configs(self, strategies: Sequence[str], num_draft_tokens: Sequence[int]) -> list[DraftConfig]:
@@ -166,6 +170,11 @@ class SGLangSource:
         depth = int(self.info["speculative_num_steps"])
         return bounded(prompts, lambda p: self._one(cell, p, params, depth), cell.concurrency)
 
+    def _prompt(self, prompt: Prompt, turn: int, history: Sequence[str]) -> dict[str, Any]:
+        """``/generate``'s prompt field: ``text``, or ``input_ids`` for the chat template's ids."""
+        sent = self.renderer.payload(prompt, turn, history)
+        return {"input_ids": sent} if isinstance(sent, list) else {"text": sent}
+
     def _plain_one(self, cell: CellKey, prompt: Prompt, params: GenParams) -> Record:
         """The prompt on the plain server: one forward per token (each turn's prefill emits its first)."""
         assert self.plain_url is not None
@@ -174,7 +183,7 @@ class SGLangSource:
         tokens = 0
         start = time.perf_counter()
         for turn in range(len(prompt.turns)):
-            body = {"text": render_turn(prompt, turn, history),
+            body = {**self._prompt(prompt, turn, history),
                     "sampling_params": {"temperature": cell.temperature, "max_new_tokens": params.max_new_tokens,
                                         **({"ignore_eos": True} if params.ignore_eos else {})}}
             resp = self.client.post_json(url, body)
@@ -186,7 +195,8 @@ class SGLangSource:
         turns = len(prompt.turns)
         return Record(cell=cell, prompt_ids=(prompt.id,), tokens=tokens, forwards=tokens,
                       steps=max(tokens - turns, 0), wall_s=time.perf_counter() - start,
-                      source="sglang-plain-server", extra={"turns": turns})
+                      source="sglang-plain-server",
+                      extra={"turns": turns, "prompt_format": self.renderer.format})
 
     def _one(self, cell: CellKey, prompt: Prompt, params: GenParams, depth: int) -> Record:
         url = f"{self.url}/generate"
@@ -194,7 +204,7 @@ class SGLangSource:
         totals: dict[str, Any] = {}
         start = time.perf_counter()
         for turn in range(len(prompt.turns)):
-            body = {"text": render_turn(prompt, turn, history),
+            body = {**self._prompt(prompt, turn, history),
                     "sampling_params": {"temperature": cell.temperature, "max_new_tokens": params.max_new_tokens,
                                         **({"ignore_eos": True} if params.ignore_eos else {})}}
             resp = self.client.post_json(url, body)
@@ -208,7 +218,8 @@ class SGLangSource:
             accepted=totals["accepted"],
             pos_reached=tuple(totals["pos_reached"]), pos_accepted=tuple(totals["pos_accepted"]),
             accept_hist=tuple(totals["accept_hist"]), wall_s=time.perf_counter() - start,
-            source="sglang-meta_info", extra={"accepted_from": totals["accepted_from"], "turns": len(prompt.turns)},
+            source="sglang-meta_info", extra={"accepted_from": totals["accepted_from"], "turns": len(prompt.turns),
+                                              "prompt_format": self.renderer.format},
         )
 
 

@@ -54,6 +54,8 @@ CONVENTIONS = {
     "break_even_alpha": "alpha_iid at which E[L](a, N) = N*c + v (batch 1, measured c and v; v = 1 and "
                         "c = cost_ratio without a plain baseline): below it speculation is slower",
     "samples": "independent units behind the interval: generations (waves for counter sources)",
+    "prompt_format": "how the prompts were rendered: chat_template (the model's own chat template, every turn) "
+                     "or raw (text as it is, role tags between turns); null for records that do not say",
     "load": "per task x strategy x draft shape x temperature measured at >= 2 concurrencies: "
             "[concurrency, gain] with gain = throughput_gain_vs_plain (speedup_vs_plain where waves were "
             "not timed), and crossover = the concurrency where the gain reaches 1 (log-linear between "
@@ -92,6 +94,12 @@ def _speedup(records: Sequence[Record], plain: Sequence[Record]) -> float | None
     if not ours or not theirs or wall <= 0 or plain_wall <= 0 or not sum(r.tokens for r in theirs):
         return None
     return (sum(r.tokens for r in ours) / wall) / (sum(r.tokens for r in theirs) / plain_wall)
+
+
+def _prompt_format(records: Sequence[Record]) -> str | None:
+    """The records' rendering (``extra["prompt_format"]``); "mixed" if they disagree, None if unsaid."""
+    said = {r.extra["prompt_format"] for r in records if "prompt_format" in r.extra}
+    return None if not said else said.pop() if len(said) == 1 else "mixed"
 
 
 def _throughput(records: Sequence[Record]) -> float | None:
@@ -150,6 +158,7 @@ def _cell_entry(key: CellKey, records: Sequence[Record], stats: CellStats, plain
         "target_forwards": stats.forwards,
         "seconds": _r(stats.wall_s, 3), "stopped": stopped,
         "source": sorted({r.source for r in records if r.source}),
+        "prompt_format": _prompt_format(records),
     }
 
 
@@ -170,7 +179,7 @@ def build_summary(records: Sequence[Record], stops: Mapping[str, str], run: Mapp
                               "concurrency": key.concurrency, "tokens_per_second": _r(ps.tokens_per_second, 3),
                               "throughput_tokens_per_second": _r(_throughput(recs), 3), "samples": ps.samples,
                               "tokens": ps.tokens, "target_forwards": ps.forwards, "seconds": _r(ps.wall_s, 3),
-                              "stopped": stops.get(key.id)})
+                              "stopped": stops.get(key.id), "prompt_format": _prompt_format(recs)})
             continue
         stats = cell_stats(recs, seed_key=key.id)
         cells.append(_cell_entry(key, recs, stats, plain.get(key.group, []), plain_stats.get(key.group),

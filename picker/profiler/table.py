@@ -42,4 +42,7 @@ def print_summary(summary: Mapping[str, Any], console: Console | None = None) ->
                       c.get("stopped") or "")
     console.print(table)
     totals = summary.get("totals", {})
-    console.print(f"target forwards: {totals.get('target_forwards', 0)}   seconds: {totals.get('seconds', 0.0)}")
+    formats = sorted({str(c["prompt_format"]) for c in cells if c.get("prompt_format")})
+    rendered = f"   prompts: {', '.join(formats)}" if formats else ""
+    console.print(f"target forwards: {totals.get('target_forwards', 0)}   seconds: {totals.get('seconds', 0.0)}"
+                  f"{rendered}")

@@ -26,11 +26,12 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from picker.engine.runtime import build_drafter, encode, eos_token_ids, load_tokenizer
+from picker.engine.runtime import build_drafter, eos_token_ids, load_tokenizer
 from picker.errors import UserError
+from picker.profiler.prompt_format import PromptRenderer
 from picker.profiler.records import CellKey, Record
 from picker.profiler.source import DraftConfig, GenParams
-from picker.tasks import Prompt, render_turn
+from picker.tasks import Prompt
 
 # Sibling ranks the probe measures at sampled rejections (2..8): covers the trees' top-k up to 8
 # (policies.analytic.TREE_TOPKS).
@@ -75,7 +76,7 @@ class TorchSource:
     plain = True
 
     def __init__(self, model: Path, artifacts: dict[str, Path], *, device: str = "cpu",
-                 dtype: str = "float32", threads: int = 1) -> None:
+                 dtype: str = "float32", threads: int = 1, prompt_format: str = "auto") -> None:
         import torch
 
         from picker.engine.backend import TorchBackend
@@ -85,9 +86,15 @@ class TorchSource:
         if not (model / "config.json").is_file():
             raise UserError("not a Hugging Face model folder (no config.json)", file=str(model), field="--model")
         self.model_dir, self.artifacts, self.device, self.threads = model, artifacts, device, threads
+        from picker.tasks.encoding import load_prompt_tokenizer
+
+        # Prompts go through the one prompt encoder, with the model's chat template when it has one;
+        # resolved before the weights load, so a refused --prompt-format costs nothing.
+        self.renderer = PromptRenderer(load_prompt_tokenizer(model), prompt_format)
+        self.prompt_format = self.renderer.format
         self.dtype = dtype
         self.target = TorchBackend.from_pretrained(model, device=device, dtype=dtype)
-        self.tokenizer = load_tokenizer(model)
+        self.tokenizer = load_tokenizer(model)  # decodes generations (fast, tokenizer.json)
         cfg = self.target.model.config.get_text_config()
         self.max_positions = int(getattr(cfg, "max_position_embeddings", 2048))
         self.eos = eos_token_ids(self.target) or None
@@ -96,7 +103,7 @@ class TorchSource:
 
     def describe(self) -> dict[str, Any]:
         return {"backend": "torch", "model": str(self.model_dir), "device": self.device, "threads": self.threads,
-                "artifacts": {k: str(v) for k, v in sorted(self.artifacts.items())}}
+                "artifacts": {k: str(v) for k, v in sorted(self.artifacts.items())}, "prompt_format": self.prompt_format}
 
     def provenance(self) -> dict[str, Any]:
         """What only this source knows (``picker.profiler.provenance``): the loaded target's size and
@@ -153,8 +160,7 @@ class TorchSource:
         seconds = dict.fromkeys(history, 0.0)
         for turn in range(max(len(p.turns) for p in prompts)):
             batch = [p for p in prompts if turn < len(p.turns)]
-            ids = [self._encode(render_turn(p, turn, history[p.id]), params.max_new_tokens, cell.num_draft_tokens)
-                   for p in batch]
+            ids = [self._encode(p, turn, history[p.id], params.max_new_tokens, cell.num_draft_tokens) for p in batch]
             probe = SiblingProbe(SIBLING_RANKS) if caps is not None and caps.tree else None
             run = serve(target, ids, bind(drafter, caps), concurrency=cell.concurrency,
                         sampling=SamplingParams(temperature=cell.temperature), max_new_tokens=params.max_new_tokens,
@@ -174,7 +180,8 @@ class TorchSource:
                          sib_reached=tuple(round(x, 6) for x in c["sib_reached"]),
                          sib_accepted=tuple(round(x, 6) for x in c["sib_accepted"]),
                          wall_s=seconds[p.id], source="torch-batched",
-                         extra={"turns": len(p.turns), "concurrency": cell.concurrency})
+                         extra={"turns": len(p.turns), "concurrency": cell.concurrency,
+                                "prompt_format": self.prompt_format})
 
     def _rows(self, rows: int) -> Any:
         """The target with a cache of ``rows`` sequences (weights shared), built once per level."""
@@ -211,7 +218,7 @@ class TorchSource:
         start = time.perf_counter()
         probe_s = 0.0
         for turn in range(len(prompt.turns)):
-            ids = self._encode(render_turn(prompt, turn, history), params.max_new_tokens, cell.num_draft_tokens)
+            ids = self._encode(prompt, turn, history, params.max_new_tokens, cell.num_draft_tokens)
             # Tree-capable drafters run as chains here; the probe measures what their siblings would add.
             probe = SiblingProbe(SIBLING_RANKS) if caps is not None and caps.tree else None
             gen = generate(self.target, ids, bind(drafter, caps), sampling=SamplingParams(temperature=cell.temperature),
@@ -230,11 +237,13 @@ class TorchSource:
                       pos_accepted=tuple(c["pos_accepted"]), draft_s=c["draft_s"], verify_s=c["verify_s"],
                       sib_reached=tuple(round(x, 6) for x in c["sib_reached"]),
                       sib_accepted=tuple(round(x, 6) for x in c["sib_accepted"]),
-                      wall_s=wall, source="torch-loop", extra={"turns": len(prompt.turns)})
+                      wall_s=wall, source="torch-loop",
+                      extra={"turns": len(prompt.turns), "prompt_format": self.prompt_format})
 
-    def _encode(self, text: str, max_new: int, n_draft: int) -> list[int]:
-        """Token ids, cut from the left so prompt + output + one draft fit the model's positions."""
-        ids = encode(self.tokenizer, text)
+    def _encode(self, prompt: Prompt, turn: int, history: Sequence[str], max_new: int, n_draft: int) -> list[int]:
+        """The turn's ids (:class:`PromptRenderer`), cut from the left so prompt + output + one draft
+        fit the model's positions."""
+        ids = self.renderer.ids(prompt, turn, history)
         room = self.max_positions - max_new - max(n_draft, 1) - 1
         return ids[-room:] if room > 0 else ids[-1:]
 

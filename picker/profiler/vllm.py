@@ -33,9 +33,10 @@ from dataclasses import replace
 from typing import Any
 
 from picker.profiler.http import EndpointError, HttpClient
+from picker.profiler.prompt_format import PromptRenderer
 from picker.profiler.records import CellKey, Record
 from picker.profiler.source import DraftConfig, GenParams, bounded, single_strategy
-from picker.tasks import Prompt, render_turn
+from picker.tasks import Prompt
 
 DRAFTS = "vllm:spec_decode_num_drafts_total"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
@@ -79,9 +80,11 @@ class VLLMSource:
     name = "vllm"
 
     def __init__(self, url: str, client: HttpClient, concurrency: int = 4, model: str | None = None,
-                 plain_url: str | None = None, gap_s: float = GAP_S) -> None:
+                 plain_url: str | None = None, gap_s: float = GAP_S, renderer: PromptRenderer | None = None) -> None:
         self.url = url.rstrip("/")
         self.client = client
+        # Raw text unless a local tokenizer renders the chat template (then its ids are sent).
+        self.renderer = renderer or PromptRenderer(None)
         self.concurrency = concurrency
         self.gap_s = gap_s if plain_url else 0.0
         self.model = model or self._served_model(self.url)
@@ -127,7 +130,8 @@ class VLLMSource:
         return {"model": {"name": self.model}, "engine": "vllm"}
 
     def describe(self) -> dict[str, Any]:
-        out = {"backend": "vllm", "url": self.url, "model": self.model, "num_speculative_tokens": self.depth}
+        out = {"backend": "vllm", "url": self.url, "model": self.model, "num_speculative_tokens": self.depth,
+               "prompt_format": self.renderer.format}
         return {**out, "plain_url": self.plain_url} if self.plain_url else out
 
     def configs(self, strategies: Sequence[str], num_draft_tokens: Sequence[int]) -> list[DraftConfig]:
@@ -156,7 +160,7 @@ class VLLMSource:
         requests = sum(r.extra["requests"] for r in results)
         return Record(cell=cell, prompt_ids=tuple(p.id for p in prompts), tokens=tokens, forwards=tokens,
                       steps=max(tokens - requests, 0), wall_s=sum(r.wall_s for r in results),
-                      source="vllm-plain-server", extra={"requests": requests})
+                      source="vllm-plain-server", extra={"requests": requests, "prompt_format": self.renderer.format})
 
     def _wave(self, cell: CellKey, prompts: Sequence[Prompt], params: GenParams) -> Record:
         before = self._scrape()
@@ -180,7 +184,7 @@ class VLLMSource:
             steps=steps, draft_steps=drafting, drafted=int(round(delta.get((DRAFT_TOKENS, ()), 0.0))),
             accepted=accepted, pos_reached=tuple(reached), pos_accepted=tuple(per_pos),
             wall_s=sum(r.wall_s for r in results), source="vllm-metrics-delta",
-            extra={"requests": requests, "drafting_steps": drafting},
+            extra={"requests": requests, "drafting_steps": drafting, "prompt_format": self.renderer.format},
         )
 
     def _settled(self) -> Metrics:
@@ -202,7 +206,8 @@ class VLLMSource:
         tokens = 0
         start = time.perf_counter()
         for turn in range(len(prompt.turns)):
-            body = {"model": model or self.model, "prompt": render_turn(prompt, turn, history),
+            # /v1/completions takes text or token ids: the template's ids are sent as they are.
+            body = {"model": model or self.model, "prompt": self.renderer.payload(prompt, turn, history),
                     "max_tokens": params.max_new_tokens, "temperature": cell.temperature, "seed": params.seed}
             if params.ignore_eos:
                 body["ignore_eos"] = True

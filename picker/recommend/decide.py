@@ -23,7 +23,7 @@ from picker.recommend.contract import (
     TemperatureSwitch,
     TreeShape,
 )
-from picker.recommend.engine_configs import ScheduleEntry, build_engine_configs
+from picker.recommend.engine_configs import ENGINE_GREEDY, ScheduleEntry, build_engine_configs
 from picker.recommend.table import (
     BATCH_GRID,
     NOT_WORTH_IT,
@@ -196,13 +196,32 @@ def alternatives(rows: tuple[Scored, ...]) -> list[Candidate]:
     return [_candidate(o) for o in ordered[:ALTERNATIVES]]
 
 
-def rollout(strategy: str, break_even: float, accept_length: float, itl_p99: float | None) -> list[RolloutStep]:
+def greedy_gate_text(engine: str) -> str:
+    """The canary's output gate on ``engine``, from its declared greedy exactness (``ENGINE_GREEDY``).
+
+    Token identity only where it is shown for the engine; elsewhere the near-tie rule that
+    ``picker.tasks.agreement.greedy_gate`` checks, with its width and the reason identity is not asked.
+    """
+    g = ENGINE_GREEDY[engine]
+    if g.identical:
+        return f"no errors; greedy (T=0) outputs identical to the baseline on a fixed prompt set ({g.why})"
+    return (f"no errors; on a fixed prompt set at T=0, every output that differs from the baseline's greedy "
+            f"output first differs at a near tie: there the canary emits the baseline's second-ranked token and "
+            f"the baseline's top-2 log-probs are within {g.tolerance_nats:g} nats (check each prompt with "
+            f"picker.tasks.agreement.greedy_gate); token identity is not the gate on {engine} because {g.why}")
+
+
+def rollout(strategy: str, break_even: float, accept_length: float, itl_p99: float | None,
+            engine: str) -> list[RolloutStep]:
+    """The staged rollout on ``engine``; its canary gate follows the engine's greedy exactness."""
     slo = f" and under the {itl_p99:g} ms SLO" if itl_p99 else ""
+    top2 = "" if ENGINE_GREEDY[engine].identical else " with each token's top-2 log-probs"
     steps = [
-        ("baseline", "Run without speculation; record tokens/s, p50 and p99 inter-token latency per task.",
+        ("baseline", ("Run without speculation; record tokens/s, p50 and p99 inter-token latency per task, and "
+                      f"the greedy (T=0) outputs of a fixed prompt set{top2}."),
          "a baseline of at least a few thousand requests per task type"),
         ("enable on a canary", f"Enable {strategy} with the config below on one replica or ~5% of traffic.",
-         "no errors; greedy (T=0) outputs identical to the baseline on a fixed prompt set"),
+         greedy_gate_text(engine)),
         ("measure alpha", "Measure per-token acceptance per task on live traffic "
          "(`specpick profile --backend <engine> --url ...`).",
          f"alpha >= break-even {break_even:.2f} (accept length >= {accept_length:.2f} tokens per verify) for "
@@ -275,7 +294,7 @@ def _speculation_off(table: ScoredTable, usable: list[Scored], path: str) -> Rec
         profile=path or profile.name, engine=profile.engine.name, decision=decision,
         predicted_speedup=SpeedupRange(mean=1.0, low=1.0, high=1.0), break_even_alpha=1.0,
         break_even_accept_length=1.0, per_task=per_task_rows(table, None), alternatives=alternatives(table.rows),
-        engine_configs={}, rollout=rollout("speculation", 1.0, 1.0, profile.slo.itl_p99_ms),
+        engine_configs={}, rollout=rollout("speculation", 1.0, 1.0, profile.slo.itl_p99_ms, profile.engine.name),
         evidence=_evidence(table, None), rationale=[f"Leave speculation off: {why}."],
         warnings=_profile_warnings(table))
 
@@ -308,7 +327,8 @@ def decide(table: ScoredTable, *, path: str = "") -> Recommendation:
         break_even_accept_length=round(chosen.cost.step_ratio, 3),
         per_task=per_task_rows(table, chosen), alternatives=alternatives(table.rows),
         engine_configs=_engine_configs(table, chosen, schedule),
-        rollout=rollout(chosen.plugin.name, be, chosen.cost.step_ratio, profile.slo.itl_p99_ms),
+        rollout=rollout(chosen.plugin.name, be, chosen.cost.step_ratio, profile.slo.itl_p99_ms,
+                        profile.engine.name),
         evidence=_evidence(table, chosen),
         rationale=_rationale(chosen, usable, switch, schedule, table.typical_batch, be),
         warnings=warnings + _profile_warnings(table))

@@ -52,6 +52,52 @@ ENGINE_VERSIONS: dict[str, str] = {
 # Which engines verify token trees (vLLM removed tree verification; llama.cpp drafts chains).
 ENGINE_VERIFIES_TREES = {"sglang": True, "vllm": False, "tensorrt_llm": True, "llama_cpp": False}
 
+
+@dataclass(frozen=True)
+class GreedyExactness:
+    """What a greedy (T = 0) canary may expect of an engine's speculative output against its plain one.
+
+    ``identical``: the project or a cited source shows speculative greedy output token-identical to
+    plain greedy output on this engine; else a divergence may start at a near tie of the baseline's
+    top two tokens within ``tolerance_nats`` (``picker.tasks.agreement.greedy_gate``). ``why``: the
+    evidence, as the rollout gate states it.
+    """
+
+    identical: bool
+    tolerance_nats: float | None
+    why: str
+
+
+# Near-tie width for engines whose verify numerics differ from plain decoding's: an assumption,
+# not a measurement. It sits well above the drift measured here between llama.cpp's default
+# kernels and float32 (8.7e-3 nats, README "Greedy agreement"), and far below the gap of a
+# confident token (whole nats), where a verification bug shows. Two tokens within it are about
+# equally likely (probability ratio <= 1.11).
+NEAR_TIE_NATS = 0.1
+
+# No engine here is shown bit-identical under speculation: each says why.
+ENGINE_GREEDY: dict[str, GreedyExactness] = {
+    # Issue 17, measured with the project's llama-server on Qwen2.5-Coder 1.5B / 0.5B Q4_K_M, 10
+    # prompts x 128 tokens: greedy output with the draft differed from plain greedy on 5 of 10.
+    "llama_cpp": GreedyExactness(False, NEAR_TIE_NATS, (
+        "llama.cpp's batched verify runs other kernels than one-token decoding: measured here on Q4_K_M "
+        "models, its greedy output with a draft model differed from its own plain greedy output on 5 of 10 "
+        "prompts")),
+    # https://docs.vllm.ai/en/v0.19.0/features/speculative_decoding/ "Lossless guarantees of
+    # Speculative Decoding". Seen identical here only on a tiny float32 model on CPU (FACTS.md).
+    "vllm": GreedyExactness(False, NEAR_TIE_NATS, (
+        "vLLM documents that outputs with and without speculation can differ through floating-point "
+        "precision and batch-size-dependent numerics")),
+    # https://docs.sglang.io/advanced_features/deterministic_inference.html: even at T = 0 outputs
+    # vary with the batch (kernel reduction order) unless deterministic inference is on.
+    "sglang": GreedyExactness(False, NEAR_TIE_NATS, (
+        "SGLang documents that T = 0 outputs change with the batch shape through kernel reduction order "
+        "(outside its deterministic-inference mode), and a verify forward is another shape than a decode step")),
+    "tensorrt_llm": GreedyExactness(False, NEAR_TIE_NATS, (
+        "neither this project nor a cited source shows TensorRT-LLM's speculative greedy output "
+        "token-identical to its plain output, and its verify forwards run other kernel shapes than decoding")),
+}
+
 # SGLang 0.5.23's built-in --speculative-algorithm names (arg_groups/fields/spec.py help text).
 SGLANG_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO")
 SGLANG_EAGLE_FAMILY = ("EAGLE", "EAGLE3", "STANDALONE")  # take steps / topk / draft tokens

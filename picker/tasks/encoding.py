@@ -11,7 +11,10 @@ instead of rules of ours:
 - a chat-formatted prompt (``raw=False``: the multi-turn files, Spec-Bench) goes through the
   tokenizer's chat template when it has one, with the generation prompt added, and then no special
   tokens are added again (a template writes its own BOS); without a template it is rendered with
-  the plain role tags of :func:`picker.tasks.render_turn`, as the live profilers send it.
+  the plain role tags of :func:`picker.tasks.render_turn`, as the live profilers send it;
+- ``template=True`` renders every prompt through the template, raw ones too: an instruct model is
+  served all its traffic that way, so the profiler measures it so (``picker.profiler.prompt_format``);
+  ``template=False`` never uses it.
 
     >>> from picker.zoo.resolve import zoo_paths
     >>> from picker.tasks import Prompt
@@ -29,7 +32,7 @@ from typing import Any
 
 from picker.tasks import Prompt, render_turn
 
-__all__ = ["chat_messages", "encode_prompt", "load_prompt_tokenizer"]
+__all__ = ["chat_messages", "encode_prompt", "has_chat_template", "load_prompt_tokenizer"]
 
 
 def load_prompt_tokenizer(folder: Path | str) -> Any:
@@ -50,15 +53,27 @@ def chat_messages(prompt: Prompt, turn: int, history: Sequence[str]) -> list[dic
     return messages
 
 
-def encode_prompt(tokenizer: Any, prompt: Prompt | str, turn: int = 0, history: Sequence[str] = ()) -> list[int]:
+def has_chat_template(tokenizer: Any) -> bool:
+    """Whether the tokenizer carries a chat template (an instruct model's; the zoo's has none)."""
+    return bool(getattr(tokenizer, "chat_template", None))
+
+
+def encode_prompt(tokenizer: Any, prompt: Prompt | str, turn: int = 0, history: Sequence[str] = (),
+                  *, template: bool | None = None) -> list[int]:
     """Token ids of ``prompt``'s ``turn`` (after ``history``, the earlier turns' generations).
 
     ``tokenizer`` is a transformers tokenizer (:func:`load_prompt_tokenizer`). A ``str`` is a raw
-    single-turn prompt.
+    single-turn prompt. ``template``: None follows the prompt (the template for chat-formatted
+    prompts, when there is one); True renders any prompt through it (ValueError without one);
+    False never does.
     """
     if isinstance(prompt, str):
         prompt = Prompt("text", "chat", (prompt,))
-    if not prompt.raw and getattr(tokenizer, "chat_template", None):
+    if template and not has_chat_template(tokenizer):
+        raise ValueError("the tokenizer has no chat template")
+    if template is None:
+        template = not prompt.raw and has_chat_template(tokenizer)
+    if template:
         # Rendered to text first, then encoded without special tokens: the template already wrote
         # the ones it wants, and adding BOS again would give the model a sequence it never saw.
         text = tokenizer.apply_chat_template(chat_messages(prompt, turn, history), tokenize=False,

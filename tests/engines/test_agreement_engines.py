@@ -36,6 +36,7 @@ import torch
 
 from bench.regret.vllm import Server
 from picker.engine.backend import TorchBackend
+from picker.tasks.agreement import first_divergence
 from picker.tasks.encoding import load_prompt_tokenizer
 from picker.zoo.resolve import zoo_paths
 from tests.agreement import (
@@ -43,7 +44,6 @@ from tests.agreement import (
     Divergence,
     Top2,
     encoded_prompts,
-    first_divergence,
     reference_logprobs,
     reference_tokens,
     summarize,
