@@ -88,3 +88,40 @@ def test_temperature_switch_keeps_speculation_where_the_workload_runs(tmp_path: 
     switch = rec.decision.temperature_switch
     assert rec.decision.strategy == "vanilla" and rec.predicted_speedup.mean > 1.5, switch
     assert switch.above is None or switch.above >= 1.0, switch
+
+
+class _Curve:
+    """A scored option reduced to what the switch reads: speedup = 2 - T - batch/100 (pure numbers)."""
+
+    def scored_at(self, bs, batch=None, temperature=None) -> bool:
+        return True
+
+    def speedup_at(self, bs, batch=None, temperature=None, which=0) -> float:
+        b = 1 if batch is None else batch
+        t = 0.0 if temperature is None else temperature
+        return 2.0 - t - b / 100.0
+
+
+def test_a_batch_range_gets_its_own_lower_temperature_switch() -> None:
+    from picker.recommend.decide import _range_switch, temperature_switch
+
+    curve = _Curve()
+    overall = temperature_switch(curve, [], None)  # type: ignore[arg-type]
+    assert overall.above == 0.9  # 2 - 0.9 - 0.01 >= 1 > 2 - 1.0 - 0.01
+    assert temperature_switch(curve, [], 50).above == 0.5  # type: ignore[arg-type]
+    assert _range_switch(curve, [], 50, overall) == 0.5  # type: ignore[arg-type]
+    assert _range_switch(curve, [], 1, overall) is None  # type: ignore[arg-type]  # same as the global one
+
+
+def test_schedule_ranges_say_when_their_range_straddles_one() -> None:
+    for profile in sorted((ROOT / "profiles").glob("*.yaml")):
+        rec = recommend(load_profile(profile))
+        for r in rec.decision.batch_schedule:
+            if rec.decision.strategy == "none":  # nothing scored on the batch grid
+                assert r.predicted_speedup_range is None and not r.uncertain
+                continue
+            assert r.predicted_speedup_range is not None
+            low, high = r.predicted_speedup_range
+            assert low <= high and r.uncertain == (low < 1.0 <= high)
+            if r.num_speculative_tokens == 0:
+                assert r.disable_above_temperature is None

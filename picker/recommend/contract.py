@@ -62,6 +62,14 @@ class BatchRange(_Model):
     break_even_alpha: float | None = Field(None, description=(
         "per-token alpha below which this range's setting is slower than plain decoding, at min_batch "
         "(null where speculation is off)"))
+    predicted_speedup_range: tuple[float, float] | None = Field(None, description=(
+        "low and high of the predicted speedup at min_batch (of the best setting, also where it is off)"))
+    uncertain: bool = Field(False, description=(
+        "the predicted range at min_batch straddles 1.0x: on or off is decided by the mean; measure at "
+        "this batch before relying on it"))
+    disable_above_temperature: float | None = Field(None, description=(
+        "in this range speculation is off above this temperature, where that is lower than the "
+        "global temperature switch (null: the global switch holds)"))
 
 
 class Decision(_Model):

@@ -55,7 +55,7 @@ def merge_schedule(points: list[tuple[int, int]]) -> list[tuple[int, int | None,
     return [tuple(r) for r in ranges]  # type: ignore[misc]
 
 
-def temperature_switch(opt: Scored, bs: list[Bucket]) -> TemperatureSwitch:
+def temperature_switch(opt: Scored, bs: list[Bucket], batch: int | None = None) -> TemperatureSwitch:
     """Speculation off above the highest temperature at which it still pays.
 
     Scanned from the top, not from 0: the curve need not fall monotonically when its evidence
@@ -63,9 +63,10 @@ def temperature_switch(opt: Scored, bs: list[Bucket]) -> TemperatureSwitch:
     roofline elsewhere). A scan from 0 stopped at the first dip -- a prior-based 0.9x at T = 0 --
     and switched speculation off above 0 for a T = 1 workload measured at 1.8x. A temperature with
     no evidence (a plugin measured only near the workload's, with no published prior) never pays.
+    ``batch`` pins the batch size too (a batch range's own switch), else the workload's batch mix.
     """
-    known = [t for t in TEMPERATURE_GRID if opt.scored_at(bs, temperature=t)]
-    paying = [t for t in known if opt.speedup_at(bs, temperature=t) >= 1.0]
+    known = [t for t in TEMPERATURE_GRID if opt.scored_at(bs, batch=batch, temperature=t)]
+    paying = [t for t in known if opt.speedup_at(bs, batch=batch, temperature=t) >= 1.0]
     top = TEMPERATURE_GRID[-1]
     if paying and paying[-1] == known[-1] != top:
         return TemperatureSwitch(above=paying[-1], action="disable",
@@ -107,15 +108,29 @@ def batch_schedule(rows: tuple[Scored, ...], chosen: Scored, bs: list[Bucket],
         opt = best_o[grid[0]]
         cost = opt.costs_by_batch.get(grid[0])
         be = round(break_even(opt.config, cost), 3) if k and cost is not None else None
+        low, high = (opt.speedup_at(kept, batch=grid[0], which=w) for w in (1, 2))
         out.append(BatchRange(min_batch=lo, max_batch=hi, num_speculative_tokens=k,
                               predicted_speedup=round(best_s[grid[0]], 3),
-                              predicted_speedup_at_max_batch=round(best_s[grid[-1]], 3), break_even_alpha=be))
+                              predicted_speedup_at_max_batch=round(best_s[grid[-1]], 3), break_even_alpha=be,
+                              predicted_speedup_range=(round(low, 3), round(high, 3)), uncertain=low < 1.0 <= high,
+                              disable_above_temperature=_range_switch(opt, bs, grid[0], switch) if k else None))
     return out
+
+
+def _range_switch(opt: Scored, bs: list[Bucket], batch: int, switch: TemperatureSwitch) -> float | None:
+    """The temperature above which ``opt`` stops paying at ``batch``, where that is below the global
+    switch: a larger batch makes verification dearer, so speculation can stop paying at a lower
+    temperature there than over the workload's batch mix."""
+    at = temperature_switch(opt, bs, batch).above
+    if at is None or (switch.above is not None and at >= switch.above):
+        return None
+    return at
 
 
 def _policy_speedups(rows: tuple[Scored, ...], chosen: Scored, bs: list[Bucket],
                      switch: TemperatureSwitch, schedule: list[BatchRange]) -> SpeedupRange:
-    """Workload speedup of the deployed policy: schedule by batch, off above the switch.
+    """Workload speedup of the deployed policy: schedule by batch, off above the switch (a range's own
+    where it has a lower one).
 
     A batch range that drafts k tokens runs the chosen shape cut to depth k: the same top-k and, for
     a tree, the node budget nearest the chosen one. (Keying the family by depth alone let the last
@@ -134,9 +149,10 @@ def _policy_speedups(rows: tuple[Scored, ...], chosen: Scored, bs: list[Bucket],
     for which in range(3):
         pairs = []
         for b in bs:
-            k = next(r.num_speculative_tokens for r in schedule
-                     if r.min_batch <= b.batch and (r.max_batch is None or b.batch <= r.max_batch))
-            off = k == 0 or (switch.above is not None and b.temperature > switch.above)
+            r = next(r for r in schedule if r.min_batch <= b.batch and (r.max_batch is None or b.batch <= r.max_batch))
+            k = r.num_speculative_tokens
+            above = r.disable_above_temperature if r.disable_above_temperature is not None else switch.above
+            off = k == 0 or (above is not None and b.temperature > above)
             s = 1.0 if off else by_depth.get(k, chosen).speedups[b.key][which]
             pairs.append((b.weight, s))
         out.append(harmonic(pairs))

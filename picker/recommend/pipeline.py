@@ -76,7 +76,10 @@ def _grids(scorer: Scorer, rows: list[Scored], bs: Sequence[Bucket]) -> dict[tup
     for b in by_temperature:
         scorer.bucket_speedup(lead.option, b)
     members = [r.option for r in family(rows, lead)]
-    by_batch = [b for batch in BATCH_GRID for b in pinned(bs, batch=batch)]
+    # Batch x temperature where the leader has evidence: each batch range's own temperature switch.
+    temps = sorted({b.temperature for b in by_temperature})
+    by_batch = [b for batch in BATCH_GRID for t in temps for b in pinned(pinned(bs, batch=batch), temperature=t)]
+    by_batch += [b for batch in BATCH_GRID for b in pinned(bs, batch=batch)]
     scorer.prime(members, by_batch)
     for o in members:
         for b in by_batch:

@@ -87,8 +87,13 @@ def markdown(rec: Recommendation) -> str:
         for r in d.batch_schedule:
             hi = "∞" if r.max_batch is None else str(r.max_batch)
             k = "off" if r.num_speculative_tokens == 0 else str(r.num_speculative_tokens)
+            if r.disable_above_temperature is not None:
+                k += f" (off above T = {r.disable_above_temperature:g})"
             span = _x(r.predicted_speedup) if r.predicted_speedup == r.predicted_speedup_at_max_batch else \
                 f"{_x(r.predicted_speedup)} → {_x(r.predicted_speedup_at_max_batch)}"
+            if r.uncertain and r.predicted_speedup_range is not None:
+                lo_s, hi_s = r.predicted_speedup_range
+                span += f" (uncertain: {_x(lo_s)}–{_x(hi_s)} straddles 1.0x; measure at this batch)"
             be = "—" if r.break_even_alpha is None else f"{r.break_even_alpha:.2f}"
             out.append(f"| {r.min_batch}–{hi} | {k} | {span} | {be} |")
         out.append("")

@@ -153,6 +153,10 @@ def _schedule(rec: dict[str, Any]) -> str:
     for r in rec["decision"]["batch_schedule"]:
         hi = "∞" if r["max_batch"] is None else str(r["max_batch"])
         k = "off" if r["num_speculative_tokens"] == 0 else str(r["num_speculative_tokens"])
+        if r.get("disable_above_temperature") is not None:
+            k += f" (off above T = {r['disable_above_temperature']:g})"
+        if r.get("uncertain"):
+            k += " (uncertain: the range straddles 1.0x)"
         rows.append([_e(f"{r['min_batch']}–{hi}"), _e(k), _e(_x(r["predicted_speedup"])),
                      _e(_x(r["predicted_speedup_at_max_batch"]))])
     on = rec["evidence"].get("measured_on")
