@@ -83,14 +83,15 @@ def markdown(rec: Recommendation) -> str:
         sw = d.temperature_switch
         out.append(f"- Temperature: {'turn it off above T = ' + format(sw.above, 'g') if sw.above is not None else 'no switch needed'} ({sw.reason}).")
         out += ["", f"| batch size | draft tokens | predicted speedup at that batch (task mix, temperatures){_on(rec.evidence.measured_on)} "
-                    "| break-even α |", "|---|---|---|---|"]
+                    "| break-even α | step cost |", "|---|---|---|---|---|"]
         for r in d.batch_schedule:
             hi = "∞" if r.max_batch is None else str(r.max_batch)
             k = "off" if r.num_speculative_tokens == 0 else str(r.num_speculative_tokens)
             span = _x(r.predicted_speedup) if r.predicted_speedup == r.predicted_speedup_at_max_batch else \
                 f"{_x(r.predicted_speedup)} → {_x(r.predicted_speedup_at_max_batch)}"
             be = "—" if r.break_even_alpha is None else f"{r.break_even_alpha:.2f}"
-            out.append(f"| {r.min_batch}–{hi} | {k} | {span} | {be} |")
+            cost = "measured under load" if r.step_cost == "measured" else "model (load curve)"
+            out.append(f"| {r.min_batch}–{hi} | {k} | {span} | {be} | {cost} |")
         out.append("")
     if rec.warnings:
         out += ["### Warnings", *[f"- {w}" for w in rec.warnings], ""]
