@@ -65,7 +65,8 @@ class BatchRange(_Model):
     step_cost: Literal["measured", "model"] = Field("model", description=(
         "where this range's step costs (its predicted speedups and break-even alpha) come from: 'measured' "
         "= the measurements' gain against concurrency, interpolated in log concurrency between the measured "
-        "levels (the range lies inside them); 'model' = the load curve (policies/loadcurve.py)"))
+        "levels (the range lies inside them); 'model' = the cost model (the load curve, policies/loadcurve.py, "
+        "or per-step timings measured at one concurrency where the measurements' costs transfer)"))
 
 
 class Decision(_Model):

@@ -159,7 +159,7 @@ def _candidate(opt: Scored) -> Candidate:
     notes = list(opt.notes)
     if opt.measured_levels:
         lo, hi = opt.measured_levels[0], opt.measured_levels[-1]
-        notes.append(f"step cost measured under load at batch {lo}-{hi}; the load curve (model) outside")
+        notes.append(f"step cost measured under load at batch {lo}-{hi}; the cost model outside")
     return Candidate(
         strategy=opt.plugin.name, num_speculative_tokens=opt.config.depth, tree=_tree(opt),
         predicted_speedup=SpeedupRange(mean=round(opt.mean, 3), low=round(opt.low, 3), high=round(opt.high, 3)),

@@ -90,7 +90,7 @@ def markdown(rec: Recommendation) -> str:
             span = _x(r.predicted_speedup) if r.predicted_speedup == r.predicted_speedup_at_max_batch else \
                 f"{_x(r.predicted_speedup)} → {_x(r.predicted_speedup_at_max_batch)}"
             be = "—" if r.break_even_alpha is None else f"{r.break_even_alpha:.2f}"
-            cost = "measured under load" if r.step_cost == "measured" else "model (load curve)"
+            cost = "measured under load" if r.step_cost == "measured" else "model"
             out.append(f"| {r.min_batch}–{hi} | {k} | {span} | {be} | {cost} |")
         out.append("")
     if rec.warnings:

@@ -1,8 +1,11 @@
 """Scoring: the speedup of every (option, bucket) pair, from measurements, priors and the cost model.
 
 :class:`Scorer` turns evidence (measured cells where they exist, cited priors otherwise) and step
-costs (measured, or the roofline) into (mean, low, high) speedups; ``picker.recommend.pipeline``
-runs it over a workload into a :class:`~picker.recommend.table.ScoredTable`.
+costs into (mean, low, high) speedups; ``picker.recommend.pipeline`` runs it over a workload into a
+:class:`~picker.recommend.table.ScoredTable`. Step costs, in order of trust: the measured gain
+against concurrency inside its measured levels (``picker.recommend.measured_load``), per-step
+timings measured at one concurrency, the load curve (its constants from a calibration file where
+one is given, ``policies.calibration_for``).
 
     >>> from picker.inputs.workload import load_profile
     >>> from picker.engine.plugins import load_strategies
@@ -54,7 +57,9 @@ class Scorer:
     ``policy`` is given -- then rows are scored in batches (:meth:`prime`), since one call per row
     would cost a millisecond each. ``measured_costs`` uses the step costs of the measured cells
     (and ``verify_curve``) instead of the roofline; by default only when the measurements were
-    taken on the profile's own engine (a torch-backend profile says nothing about an engine's costs).
+    taken on the profile's own engine (a torch-backend profile says nothing about an engine's costs);
+    the measured gain against concurrency is a step cost too and obeys the same rule. ``calibration``
+    replaces load-curve constants.
     """
 
     def __init__(self, profile: WorkloadProfile, measurements: Measurements | None, policy: Any = None, *,
@@ -229,8 +234,8 @@ class Scorer:
         for levels, names in curves.items():
             notes.append(f"step costs of {', '.join(names)} at batch {levels[0]}-{levels[-1]} are measured: the gain "
                          f"against concurrency in {source} (levels {', '.join(map(str, levels))}), interpolated in "
-                         "log concurrency; outside that range, and for every other configuration, the load curve "
-                         "(model) prices them, never extrapolated from the measurements")
+                         "log concurrency; outside that range, and for every other configuration, the cost model "
+                         "prices them, never extrapolated from the measurements")
         return notes
 
     def speedups(self, option: Option) -> dict[BucketKey, Speedups]:
