@@ -199,6 +199,10 @@ def test_measured_below_one_at_four_is_off_there_though_the_model_says_on(tmp_pa
     assert ngram["evidence"]["cost"]["source"] == "measured under load"  # code's heaviest bucket: batch 3
     assert ngram["evidence"]["cost"]["levels"] == list(LIVE_GAINS)
     assert any("interpolated in log concurrency" in n for n in explained["explain"]["notes"])
+    from picker.cli.report import build_page
+
+    page = build_page(profile, summary)
+    assert "<td>measured under load</td>" in page and "<td>model</td>" in page
 
 
 def test_the_controller_costs_its_cells_on_the_same_curve(tmp_path: Path) -> None:

@@ -153,11 +153,13 @@ def _schedule(rec: dict[str, Any]) -> str:
     for r in rec["decision"]["batch_schedule"]:
         hi = "∞" if r["max_batch"] is None else str(r["max_batch"])
         k = "off" if r["num_speculative_tokens"] == 0 else str(r["num_speculative_tokens"])
+        cost = "measured under load" if r.get("step_cost") == "measured" else "model"
         rows.append([_e(f"{r['min_batch']}–{hi}"), _e(k), _e(_x(r["predicted_speedup"])),
-                     _e(_x(r["predicted_speedup_at_max_batch"]))])
+                     _e(_x(r["predicted_speedup_at_max_batch"])), _e(cost)])
     on = rec["evidence"].get("measured_on")
     note = f'<p class="muted">Speedups measured on {_e(on)}.</p>' if on else ""
-    return note + _table(["batch size", "draft tokens", "speedup at min batch", "at max batch"], rows, {2, 3})
+    return note + _table(["batch size", "draft tokens", "speedup at min batch", "at max batch", "step cost"], rows,
+                         {2, 3})
 
 
 def _alternatives(rec: dict[str, Any]) -> str:
