@@ -149,7 +149,7 @@ def test_measurements_of_another_engine_do_not_price_the_deployment(zoo_load: di
 LIVE_GAINS = {1: 1.5, 2: 1.2, 4: 0.8}  # a prompt-lookup curve that crosses 1 between 2 and 4
 
 
-def _live(tmp_path: Path) -> tuple[Path, Path]:
+def _live(tmp_path: Path, gains: dict[int, float] = LIVE_GAINS) -> tuple[Path, Path]:
     """The shipped code-assistant deployment with prompt lookup only, and a vLLM summary of that
     deployment measured at three levels (every chain length 1..8, gains falling below 1 at 4)."""
     prof = yaml.safe_load((ROOT / "profiles" / "code-assistant-8b-a100.yaml").read_text())
@@ -160,7 +160,7 @@ def _live(tmp_path: Path) -> tuple[Path, Path]:
             "engine_version": prof["engine"]["version"], "hardware": {"gpu": "a100-80gb", "gpu_count": 1}}
     cells = [{"task": "code", "strategy": "ngram", "temperature": 0.0, "num_draft_tokens": n, "alpha": 0.6,
               "alpha_ci": [0.55, 0.65], "samples": 40, "concurrency": c, "throughput_gain_vs_plain": g}
-             for n in range(1, 9) for c, g in LIVE_GAINS.items()]
+             for n in range(1, 9) for c, g in gains.items()]
     summary = tmp_path / "summary.json"
     summary.write_text(json.dumps({"cells": cells, "run": {"backend": "vllm", "provenance": prov}}))
     return profile, summary
@@ -203,6 +203,16 @@ def test_measured_below_one_at_four_is_off_there_though_the_model_says_on(tmp_pa
 
     page = build_page(profile, summary)
     assert "<td>measured under load</td>" in page and "<td>model</td>" in page
+
+
+def test_a_measured_curve_may_turn_speculation_on_at_a_larger_batch(tmp_path: Path) -> None:
+    """"Once off, stay off" smooths the model's noise, not a measurement: below 1x at batch 1 and
+    above it at 2 and 4 (a server that batches plain decoding badly) gives off, then on."""
+    profile, summary = _live(tmp_path, {1: 0.9, 2: 1.4, 4: 1.5})
+    rec = _recommend(str(profile), "--measurements", str(summary))
+    assert (_k_at(rec, 1), _k_at(rec, 2) > 0, _k_at(rec, 4) > 0) == (0, True, True)
+    first = rec["decision"]["batch_schedule"][0]
+    assert (first["min_batch"], first["max_batch"], first["step_cost"]) == (1, 1, "measured")
 
 
 def test_the_controller_costs_its_cells_on_the_same_curve(tmp_path: Path) -> None:

@@ -100,13 +100,16 @@ def batch_schedule(rows: tuple[Scored, ...], chosen: Scored, bs: list[Bucket],
         points.append((batch, k))
         best_s[batch] = s if k else 1.0
         best_o[batch] = best
-    # Once off, stay off: a schedule that turns speculation back on at a larger batch is noise.
+    # Once off, stay off: a schedule that turns speculation back on at a larger batch is noise --
+    # in the model. A measured gain against concurrency is no noise to smooth away: where the
+    # step cost is measured the row follows the measurement (the reference loop, for one, batches
+    # plain decoding badly at concurrency 1 and gains more at 2 and 4).
+    sources = {batch: cost_source(best_o[batch].costs_by_batch.get(batch)) for batch in BATCH_GRID}
     for i in range(1, len(points)):
-        if points[i - 1][1] == 0:
+        if points[i - 1][1] == 0 and sources[points[i][0]] != MEASURED:
             points[i] = (points[i][0], 0)
             best_s[points[i][0]] = 1.0
     # A range also ends where its step costs change source: every row is measured or modelled.
-    sources = {batch: cost_source(best_o[batch].costs_by_batch.get(batch)) for batch in BATCH_GRID}
     out = []
     for lo, hi, (k, source) in merge_schedule([(batch, (k, sources[batch])) for batch, k in points]):
         grid = [b for b in BATCH_GRID if b >= lo and (hi is None or b <= hi)]
