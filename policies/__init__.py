@@ -39,15 +39,16 @@ _EXPORTS: dict[str, str] = {
     "gate_next": "online",
     # E[L] of a chain, and the forward-time curve an engine (optionally calibrated) runs on
     "expected_length_iid": "theory", "engine_curve": "loadcurve", "load_calibration": "calibration",
+    "Calibration": "calibration", "calibration_for": "calibration",
 }
 
 __all__ = [  # every key of _EXPORTS (tests/test_recommend_pipeline.py checks they agree)
-    "Candidate", "Config", "CostContext", "CostEvidence", "Evidence", "JEFFREYS", "ModelShape",
-    "OnlineParams", "Policy", "SpeedupEstimator", "StepCost", "base_range", "base_speedup", "beta_quantile",
-    "beta_var", "break_even", "break_even_from_ratio", "chain", "chain_evidence", "chain_length",
-    "config_cost", "configs_for", "decayed_update", "eagle_layer_shape", "engine_curve", "estimate",
-    "evidence_from_cell", "expected_length_iid", "feature_matrix", "gate_next", "live_step_points",
-    "load_calibration", "load_policy", "load_priors", "medusa_heads_shape",
+    "Calibration", "Candidate", "Config", "CostContext", "CostEvidence", "Evidence", "JEFFREYS",
+    "ModelShape", "OnlineParams", "Policy", "SpeedupEstimator", "StepCost", "base_range", "base_speedup",
+    "beta_quantile", "beta_var", "break_even", "break_even_from_ratio", "calibration_for", "chain",
+    "chain_evidence", "chain_length", "config_cost", "configs_for", "decayed_update", "eagle_layer_shape",
+    "engine_curve", "estimate", "evidence_from_cell", "expected_length_iid", "feature_matrix", "gate_next",
+    "live_step_points", "load_calibration", "load_policy", "load_priors", "medusa_heads_shape",
     "solve_alpha", "speedup", "tree_length",
 ]
 
@@ -76,7 +77,7 @@ if TYPE_CHECKING:  # the same names, for type checkers
         speedup,
     )
     from policies.artifacts import Policy, load_policy
-    from policies.calibration import load_calibration
+    from policies.calibration import Calibration, calibration_for, load_calibration
     from policies.cell_evidence import evidence_from_cell, live_step_points
     from policies.costmodel import (
         StepCost,

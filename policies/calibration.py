@@ -243,3 +243,60 @@ def load_calibration(path: str | os.PathLike[str], engine: str | None = None) ->
         raise UserError(f"measured on engine {cal.engine!r}, not {engine!r}", file=os.fspath(path),
                         field="engine")
     return cal.overrides()
+
+
+# Properties of the accelerator (how close its memory system and tensor cores get to their peaks),
+# which a GPU run of eager PyTorch measures for any engine on that GPU; the fixed per-forward and
+# launch times are the engine's own (CUDA graphs, scheduler, sampler), so they transfer only from
+# a run of the same engine.
+HARDWARE_CONSTANTS = ("bw_efficiency", "flops_efficiency")
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A calibration file as it applies to one engine on one accelerator (:func:`calibration_for`)."""
+
+    path: str
+    measured_engine: str
+    device: str
+    hardware: str
+    overrides: dict[str, float]  # the constants that apply (roofline names; engine_curve maps them)
+    label: str  # the provenance every overridden constant carries
+
+    @property
+    def note(self) -> str:
+        """One sentence for a plan or an estimate: which constants came from the file, and why not the rest."""
+        from policies.loadcurve import CALIBRATION_NAMES
+
+        names = ", ".join(sorted(CALIBRATION_NAMES.get(k, k) for k in self.overrides)) or "nothing"
+        return f"load curve calibrated from {self.path}: {names} ({self.label})"
+
+
+def calibration_for(path: str | os.PathLike[str], engine: str, hardware: str | None = None) -> Calibration:
+    """The part of the calibration file at ``path`` that applies to ``engine`` on ``hardware``.
+
+    Measured on the same engine, every fitted constant applies. Measured on another engine (every
+    file ``scripts/gpu_calibrate.py`` writes is eager PyTorch, ``hf``), only the accelerator's
+    efficiencies (:data:`HARDWARE_CONSTANTS`) do, and the label says so: the engine keeps its own
+    fixed and launch costs. Another accelerator is refused (one ``UserError`` naming the file and
+    field): an efficiency is a fraction of one GPU's peaks, and no rule moves it to another.
+    """
+    name = os.fspath(path)
+    cal = read_calibration(name)
+    if hardware is not None:
+        from picker.inputs.hardware import resolve_hardware_name  # lazy: the policy imports stay light
+
+        measured = resolve_hardware_name(cal.hardware.name) or cal.hardware.name
+        wanted = resolve_hardware_name(hardware) or hardware
+        if measured != wanted:
+            raise UserError(f"calibrated on {measured} ({cal.device}), but the deployment runs {wanted}; "
+                            "calibrate on the deployment's hardware", file=name, field="hardware.name")
+    where = f"{cal.device}, {cal.created[:10]}"
+    overrides = cal.overrides()
+    if cal.engine == engine:
+        label = f"calibrated: {name} (measured on {engine}, {where})"
+    else:
+        overrides = {k: v for k, v in overrides.items() if k in HARDWARE_CONSTANTS}
+        label = (f"calibrated: {name} (measured on {cal.engine}, {where}; hardware efficiencies only, "
+                 f"{engine}'s fixed and launch costs kept)")
+    return Calibration(name, cal.engine, cal.device, cal.hardware.name, overrides, label)

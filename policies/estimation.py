@@ -99,6 +99,7 @@ def estimate(
     num_devices: int = 1,
     bytes_per_param: float = 2.0,
     calibration: Mapping[str, float] | None = None,
+    calibration_label: str = "calibrated (calibration file)",
 ) -> dict[str, Any]:
     """Predicted speedup of one strategy configuration: the JSON behind ``specpick estimate``.
 
@@ -109,6 +110,8 @@ def estimate(
     ``tree_topk`` > 1 makes it a tree (see :func:`tree_for_alpha` for the approximation).
     ``hardware`` is a catalog name (looked up in ``picker.inputs.hardware``) or an object with
     ``memory_bandwidth_gbps`` and ``bf16_tflops``; ``context_len`` is tokens already cached.
+    ``calibration`` overrides curve constants (``policies.calibration.calibration_for``), each then
+    marked ``calibration_label`` in ``curve_constants``.
     Returns plain JSON types; ``assumptions`` lists every approximation the numbers rest on.
     """
     if (alpha is None) == (mean_accepted_tokens is None):
@@ -129,8 +132,8 @@ def estimate(
         if draft_params is None:
             notes.append(f"no draft size given: assumed {DEFAULT_DRAFT_FRACTION:g} x target params")
     ctx = {"target": target, "hw": hardware, "batch": batch_size, "context_len": context_len,
-           "curve": engine_curve(engine, calibration, label="calibrated (calibration file)"),
-           "draft": draft, "num_devices": num_devices}
+           "curve": engine_curve(engine, calibration, label=calibration_label),
+           "draft": draft, "num_devices": num_devices, "calibrated": bool(calibration)}
 
     alpha = _resolve_alpha(kind, alpha, mean_accepted_tokens, num_draft_tokens, tree_topk, notes)
     if num_draft_tokens is not None:
@@ -145,6 +148,8 @@ def estimate(
     if kind == "in_forward":
         notes.append(f"lookahead: verify carries (W+G)*N guess tokens, W={LOOKAHEAD_WINDOW}, "
                      f"G={LOOKAHEAD_GUESSES}; alpha is the acceptance of the best guess")
+    if calibration:
+        notes.append(f"curve constants {', '.join(sorted(calibration))} replaced: {calibration_label}")
     return _report(kind, alpha, tree_topk, best, ctx, notes)
 
 
@@ -187,7 +192,8 @@ def _report(
         "strategy_kind": kind,
         "engine": curve.name,
         "engine_status": "load curve (policies/loadcurve.py); constants from policies/data/loadcurve.json, "
-                         "each fitted (to what: curve_constants) or an assumption",
+                         "each fitted (to what: curve_constants) or an assumption"
+                         + ("; some calibrated from a file (marked in curve_constants)" if ctx["calibrated"] else ""),
         # What bounds the verify forward: memory | knee | compute | kv | overhead | eager (past the
         # largest CUDA graph); plain_regime is the same for one plain decode step.
         "regime": cost.regime,

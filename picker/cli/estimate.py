@@ -2,6 +2,11 @@
 
     $ specpick estimate --strategy eagle3 --alpha 0.8 --model-params 8e9 --hardware h100-sxm
     $ specpick estimate --strategy repeat-last --alpha 0.5 --model-params 8e9 --hardware h100-sxm --format json
+    $ specpick estimate --strategy eagle3 --alpha 0.7 --model-params 8e9 --hardware h200 --calibration cal.json
+
+``--calibration`` takes a file from ``scripts/gpu_calibrate.py``: its constants replace the engine
+curve's (``policies.calibration_for``: all of them when measured on ``--engine``, the accelerator's
+efficiencies only otherwise; another accelerator is refused), and the output says so.
 
 ``--strategy`` is checked against the registry (built-ins and installed plugins alike); an unknown
 name is one ``error:`` line listing the registered ones, exit code 2.
@@ -10,6 +15,7 @@ name is one ``error:`` line listing the registered ones, exit code 2.
 from __future__ import annotations
 
 from enum import Enum
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -42,6 +48,8 @@ def estimate(
     batch_size: Annotated[int, typer.Option(min=1, max=65536)] = 1,
     context_len: Annotated[int, typer.Option(min=0, max=10_000_000)] = 1024,
     num_devices: Annotated[int, typer.Option(help="Tensor-parallel degree.", min=1, max=64)] = 1,
+    calibration: Annotated[Path | None, typer.Option(
+        help="Load-curve calibration JSON from a GPU run (scripts/gpu_calibrate.py).")] = None,
     fmt: Annotated[Fmt, typer.Option("--format", help="md (a table) or json.")] = Fmt.md,
 ) -> None:
     """Predict the speedup of one configuration with the cost model."""
@@ -65,11 +73,18 @@ def estimate(
     caps = plugins[strategy].capabilities
     if tree_topk and tree_topk > 1 and not caps.tree:
         raise UserError(f"{strategy} drafts chains, not trees", field="--tree-topk")
-    result = run(caps.draft_cost, model_params=model_params, hardware=get_hardware(hardware), alpha=alpha,
+    hw = get_hardware(hardware)
+    cal = None
+    if calibration is not None:
+        from policies import calibration_for
+
+        cal = calibration_for(calibration, engine.value, hw.name)
+    result = run(caps.draft_cost, model_params=model_params, hardware=hw, alpha=alpha,
                  mean_accepted_tokens=mean_accepted_tokens, num_draft_tokens=num_draft_tokens,
                  tree_topk=tree_topk, draft_params=draft_params, engine=engine.value, batch_size=batch_size,
-                 context_len=context_len, num_devices=num_devices)
-    result = {"strategy": strategy, **result}
+                 context_len=context_len, num_devices=num_devices,
+                 calibration=cal.overrides if cal else None, **({"calibration_label": cal.label} if cal else {}))
+    result = {"strategy": strategy, **result, "calibration": cal.note if cal else None}
     if fmt is Fmt.json:
         write_output(json.dumps(result, indent=2) + "\n", None)
         return

@@ -2,6 +2,12 @@
 
     $ specpick recommend profiles/chat-70b-h100.yaml --format json
     $ specpick recommend PROFILE --measurements runs/zoo/summary.json --explain --plot explain.png
+    $ specpick recommend PROFILE --calibration cal.json      # load-curve constants from scripts/gpu_calibrate.py
+
+A measurements file with cells at several concurrency levels (``specpick profile --concurrency
+1,2,4``) prices the measured configurations' steps inside the measured range from the measured
+gain (``picker.recommend.measured_load``); ``--calibration`` replaces load-curve constants
+(``policies.calibration_for``). Both are stated in the plan.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ def recommend(
     policy: Annotated[Path | None, typer.Option(help="Fitted policy artifact (JSON) for the learned correction.")] = None,
     plot: Annotated[Path | None, typer.Option(help="Write a PNG of predicted speedup vs N and vs batch size.")] = None,
     allow_other_model: Annotated[bool, typer.Option(help="Use measurements of another model (labelled so).")] = False,
+    calibration: Annotated[Path | None, typer.Option(
+        help="Load-curve calibration JSON from a GPU run (scripts/gpu_calibrate.py).")] = None,
 ) -> None:
     """Recommend a speculative-decoding setting for a workload, with engine configs and a rollout."""
     from picker.inputs.measurements import load_measurements
@@ -37,9 +45,15 @@ def recommend(
         from picker.inputs.provenance import check_measurements
 
         check_measurements(meas, prof, allow_other_model)
+    cal = None
+    if calibration is not None:
+        from policies import calibration_for
+
+        cal = calibration_for(calibration, prof.engine.name, prof.hardware.gpu)
     if explain or policy is not None or plot is not None:
         from picker.recommend.explain import recommend_command
 
-        write_output(recommend_command(prof, meas, measurements, policy, explain, plot, fmt.value, str(profile)), out)
+        write_output(recommend_command(prof, meas, measurements, policy, explain, plot, fmt.value, str(profile),
+                                       calibration=cal), out)
         return
-    write_output(render(build(prof, meas, path=str(profile)), fmt.value), out)
+    write_output(render(build(prof, meas, path=str(profile), calibration=cal), fmt.value), out)

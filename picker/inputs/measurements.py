@@ -22,6 +22,21 @@ from picker.errors import UserError
 TEMPERATURE_MATCH = 0.15  # a measured cell stands for temperatures within this distance
 
 
+# The profiler's label of a tree cell (``CellKey.tree``); read here, where cells are read.
+def tree_label(depth: int, topk: int, tokens: int) -> str:
+    """The profiler's tree label for a cell (``CellKey.tree``)."""
+    return f"depth={depth},topk={topk},tokens={tokens}"
+
+
+def parse_tree_label(label: str) -> tuple[int, int, int]:
+    """``depth=4,topk=2,tokens=8`` → (4, 2, 8)."""
+    try:
+        parts = dict(item.split("=") for item in label.split(","))
+        return int(parts["depth"]), int(parts["topk"]), int(parts["tokens"])
+    except (KeyError, ValueError):
+        raise ValueError(f"not a tree label: {label!r}") from None
+
+
 class Cell(BaseModel):
     model_config = ConfigDict(extra="allow")  # the profiler adds fields (cost, per-position, ...)
 

@@ -37,6 +37,7 @@ from typing import Any
 from picker.engine.plugins import Capabilities
 from picker.engine.runtime import build_drafter
 from picker.errors import UserError
+from picker.inputs.measurements import parse_tree_label, tree_label  # re-exported: the sweep's vocabulary
 from picker.inputs.verify_curve import CURVE_NAME, CurvePoint, curve_medians, read_curve_lines
 from picker.profiler.records import CellKey
 from picker.profiler.source import DraftConfig
@@ -49,20 +50,6 @@ TREES = ((3, 2, 6), (4, 2, 8), (5, 4, 8), (4, 4, 12), (6, 4, 16))
 TOKENS_IN_FLIGHT = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64)
 CURVE_REPEATS = 15
 SUMMARY_NAME, SWEEP_NAME = "summary.json", "sweep.json"
-
-
-def tree_label(depth: int, topk: int, tokens: int) -> str:
-    """The profiler's tree label for a cell (``CellKey.tree``)."""
-    return f"depth={depth},topk={topk},tokens={tokens}"
-
-
-def parse_tree_label(label: str) -> tuple[int, int, int]:
-    """``depth=4,topk=2,tokens=8`` → (4, 2, 8)."""
-    try:
-        parts = dict(item.split("=") for item in label.split(","))
-        return int(parts["depth"]), int(parts["topk"]), int(parts["tokens"])
-    except (KeyError, ValueError):
-        raise ValueError(f"not a tree label: {label!r}") from None
 
 
 def sweep_grid(

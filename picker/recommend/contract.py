@@ -70,6 +70,11 @@ class BatchRange(_Model):
     disable_above_temperature: float | None = Field(None, description=(
         "in this range speculation is off above this temperature, where that is lower than the "
         "global temperature switch (null: the global switch holds)"))
+    step_cost: Literal["measured", "model"] = Field("model", description=(
+        "where this range's step costs (its predicted speedups and break-even alpha) come from: 'measured' "
+        "= the measurements' gain against concurrency, interpolated in log concurrency between the measured "
+        "levels (the range lies inside them); 'model' = the cost model (the load curve, policies/loadcurve.py, "
+        "or per-step timings measured at one concurrency where the measurements' costs transfer)"))
 
 
 class Decision(_Model):
@@ -120,6 +125,8 @@ class Evidence(_Model):
     provenance: Literal["measured", "alpha-only", "other-model", "unknown"] | None = Field(None, description=(
         "how the measurements relate to the deployment (picker.inputs.provenance); null without measurements"))
     measured_on: str | None = Field(None, description="the measured model, when it is not the profile's")
+    calibration: str | None = Field(None, description=(
+        "the calibration file (scripts/gpu_calibrate.py) the load curve's constants came from; null: none"))
 
 
 # What every predicted speedup in a Recommendation averages over, stated once and carried in the
@@ -134,7 +141,8 @@ SPEEDUP_SCOPES: dict[str, str] = {
     "per_task.predicted_speedup": "the best configuration for that task's traffic alone (its concurrency ranges "
                                   "and temperatures)",
     "per_task.deployed_speedup": "the deployed policy on that task's traffic alone",
-    "decision.batch_schedule.predicted_speedup": "at that batch size, over the task mix and temperatures",
+    "decision.batch_schedule.predicted_speedup": "at that batch size, over the task mix and temperatures; "
+                                                 "its step_cost says whether measured under load or modelled",
     "typical_batch": "the batch size carrying the most traffic; the rationale's step cost is at this batch",
 }
 

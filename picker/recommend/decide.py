@@ -11,6 +11,9 @@ builds it) and nothing else: every speedup, cost and α it needs was scored befo
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+from typing import Any
+
 from picker.recommend.contract import (
     BatchRange,
     Candidate,
@@ -24,6 +27,7 @@ from picker.recommend.contract import (
     TreeShape,
 )
 from picker.recommend.engine_configs import ENGINE_GREEDY, ScheduleEntry, build_engine_configs
+from picker.recommend.measured_load import MEASURED, cost_source
 from picker.recommend.table import (
     BATCH_GRID,
     NOT_WORTH_IT,
@@ -40,8 +44,8 @@ from policies import break_even
 ALTERNATIVES = 8
 
 
-def merge_schedule(points: list[tuple[int, int]]) -> list[tuple[int, int | None, int]]:
-    """(batch, K) at grid points → contiguous ranges (min, max, K); point b_i covers (b_{i-1}, b_i]."""
+def merge_schedule(points: list[tuple[int, Hashable]]) -> list[tuple[int, int | None, Any]]:
+    """(batch, key) at grid points → contiguous ranges (min, max, key); point b_i covers (b_{i-1}, b_i]."""
     ranges: list[list] = []
     prev = 0
     for batch, k in points:
@@ -97,13 +101,18 @@ def batch_schedule(rows: tuple[Scored, ...], chosen: Scored, bs: list[Bucket],
         points.append((batch, k))
         best_s[batch] = s if k else 1.0
         best_o[batch] = best
-    # Once off, stay off: a schedule that turns speculation back on at a larger batch is noise.
+    # Once off, stay off: a schedule that turns speculation back on at a larger batch is noise --
+    # in the model. A measured gain against concurrency is no noise to smooth away: where the
+    # step cost is measured the row follows the measurement (the reference loop, for one, batches
+    # plain decoding badly at concurrency 1 and gains more at 2 and 4).
+    sources = {batch: cost_source(best_o[batch].costs_by_batch.get(batch)) for batch in BATCH_GRID}
     for i in range(1, len(points)):
-        if points[i - 1][1] == 0:
+        if points[i - 1][1] == 0 and sources[points[i][0]] != MEASURED:
             points[i] = (points[i][0], 0)
             best_s[points[i][0]] = 1.0
+    # A range also ends where its step costs change source: every row is measured or modelled.
     out = []
-    for lo, hi, k in merge_schedule(points):
+    for lo, hi, (k, source) in merge_schedule([(batch, (k, sources[batch])) for batch, k in points]):
         grid = [b for b in BATCH_GRID if b >= lo and (hi is None or b <= hi)]
         opt = best_o[grid[0]]
         cost = opt.costs_by_batch.get(grid[0])
@@ -113,7 +122,8 @@ def batch_schedule(rows: tuple[Scored, ...], chosen: Scored, bs: list[Bucket],
                               predicted_speedup=round(best_s[grid[0]], 3),
                               predicted_speedup_at_max_batch=round(best_s[grid[-1]], 3), break_even_alpha=be,
                               predicted_speedup_range=(round(low, 3), round(high, 3)), uncertain=low < 1.0 <= high,
-                              disable_above_temperature=_range_switch(opt, bs, grid[0], switch) if k else None))
+                              disable_above_temperature=_range_switch(opt, bs, grid[0], switch) if k else None,
+                              step_cost=source))
     return out
 
 
@@ -165,11 +175,15 @@ def _tree(opt: Scored) -> TreeShape | None:
 
 
 def _candidate(opt: Scored) -> Candidate:
+    notes = list(opt.notes)
+    if opt.measured_levels:
+        lo, hi = opt.measured_levels[0], opt.measured_levels[-1]
+        notes.append(f"step cost measured under load at batch {lo}-{hi}; the cost model outside")
     return Candidate(
         strategy=opt.plugin.name, num_speculative_tokens=opt.config.depth, tree=_tree(opt),
         predicted_speedup=SpeedupRange(mean=round(opt.mean, 3), low=round(opt.low, 3), high=round(opt.high, 3)),
         break_even_alpha=round(break_even(opt.config, opt.cost), 3),
-        feasible=opt.feasible, engine_supported=opt.option.engine_supported, notes=list(opt.notes))
+        feasible=opt.feasible, engine_supported=opt.option.engine_supported, notes=notes)
 
 
 def per_task_rows(table: ScoredTable, chosen: Scored | None) -> list[TaskRow]:
@@ -260,7 +274,9 @@ def _engine_configs(table: ScoredTable, chosen: Scored, schedule: list[BatchRang
     path = None
     if art is not None:
         path = (getattr(spec, "path", None) or getattr(spec, "name", None)) if spec else f"<trained {art}>"
-    sched = [ScheduleEntry(r.min_batch, r.max_batch, r.num_speculative_tokens) for r in schedule]
+    # Rows split only where the step cost's source changes are one range to an engine.
+    sched = [ScheduleEntry(lo, hi, k) for lo, hi, k in
+             merge_schedule([(r.max_batch or BATCH_GRID[-1], r.num_speculative_tokens) for r in schedule])]
     c = chosen.config
     return build_engine_configs(
         strategy=chosen.plugin.name, engines=chosen.caps.engines, num_speculative_tokens=c.depth,
@@ -273,13 +289,17 @@ def _evidence(table: ScoredTable, chosen: Scored | None) -> Evidence:
     sources = {a.source for a in used}
     source = "mixed" if len(sources) > 1 else (sources.pop() if sources else "prior")
     citations = sorted({c for a in used for c in a.citations})
+    curve = (f"with constants calibrated from {table.calibration} (the rest fitted or assumed, as listed there)"
+             if table.calibration else "whose constants are fitted to published runs or assumptions until calibrated")
     notes = [
         "alpha is per-token acceptance (accepted drafts / proposed drafts); E[L] counts the bonus token",
-        "costs come from a roofline of the target on the profile's hardware with engine efficiencies "
-        "that are assumptions until calibrated (policies/roofline.py)",
+        f"costs come from the load curve of the target on the profile's hardware and engine "
+        f"(policies/loadcurve.py, policies/data/loadcurve.json) {curve}",
+        *table.cost_notes,
         "tree E[L] assumes the i-th ranked child accepts with alpha*(1-alpha)^(i-1) (Sequoia-style positional model)",
     ]
-    return Evidence(source=source, citations=citations, notes=notes)  # type: ignore[arg-type]
+    return Evidence(source=source, citations=citations, notes=notes,  # type: ignore[arg-type]
+                    calibration=table.calibration)
 
 
 def _profile_warnings(table: ScoredTable) -> list[str]:
@@ -346,19 +366,23 @@ def decide(table: ScoredTable, *, path: str = "") -> Recommendation:
         rollout=rollout(chosen.plugin.name, be, chosen.cost.step_ratio, profile.slo.itl_p99_ms,
                         profile.engine.name),
         evidence=_evidence(table, chosen),
-        rationale=_rationale(chosen, usable, switch, schedule, table.typical_batch, be),
+        rationale=_rationale(chosen, usable, switch, schedule, table.typical_batch, be, table.calibration),
         warnings=warnings + _profile_warnings(table))
 
 
 def _rationale(chosen: Scored, usable: list[Scored], switch: TemperatureSwitch,
-               schedule: list[BatchRange], batch: int, be: float) -> list[str]:
+               schedule: list[BatchRange], batch: int, be: float, calibration: str | None) -> list[str]:
     cost = chosen.cost
+    if cost_source(cost) == MEASURED:
+        priced = "measured end to end under load, the draft/verify split the model's"
+    else:
+        priced = f"load curve, calibrated from {calibration}" if calibration else "load curve model"
     out = [
         f"{chosen.plugin.name} with {chosen.config.label} has the best token-weighted speedup over the "
         f"workload at full depth on every batch ({chosen.mean:.2f}x, range {chosen.low:.2f}-{chosen.high:.2f}x; "
         f"the headline applies the batch schedule and the temperature switch).",
         f"At the typical batch of {batch} (the batch size carrying the most traffic), one step costs {cost.step_ratio:.2f} plain forwards "
-        f"(draft c={cost.cost_ratio:.3f} per token, verify {cost.verify_ratio:.2f}x, {cost.bound}-bound); "
+        f"(draft c={cost.cost_ratio:.3f} per token, verify {cost.verify_ratio:.2f}x, {cost.bound}-bound; {priced}); "
         f"it pays while alpha >= {be:.2f}.",
     ]
     runner = next((o for o in usable if o.plugin.name != chosen.plugin.name), None)

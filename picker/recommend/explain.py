@@ -16,16 +16,20 @@ measured verify time against tokens in flight.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from picker.inputs.measurements import Measurements
 from picker.inputs.verify_curve import verify_curve_beside
 from picker.inputs.workload import WorkloadProfile
 from picker.recommend.contract import Recommendation
 from picker.recommend.decide import decide
+from picker.recommend.measured_load import MeasuredStepCost
 from picker.recommend.pipeline import score_workload
 from picker.recommend.scoring import Scorer
 from picker.recommend.table import BATCH_GRID, Bucket, Scored, ScoredTable
+
+if TYPE_CHECKING:  # numpy-free at run time: policies.calibration imports numpy
+    from policies import Calibration
 
 TOP = 5
 PLOT_DEPTHS = tuple(range(1, 9))
@@ -43,12 +47,16 @@ def _evidence(scorer: Scorer, row: Scored, tb: list[Bucket]) -> dict[str, Any]:
         out["per_position"] = [round(p, 3) for p in ev.per_position]
     if ev.siblings and cand.is_tree:
         out["sibling_accept"] = [round(x, 3) for x in ev.siblings]  # measured, used for this tree
-    if ev.cost is not None:
+    c = scorer.cost(row.option, b.batch)
+    if isinstance(c, MeasuredStepCost):  # the measured gain against concurrency outranks the rest
+        out["cost"] = {"source": "measured under load", "step_ratio": round(c.step_ratio, 3),
+                       "levels": list(c.levels), "measurements": c.source}
+    elif ev.cost is not None:
         out["cost"] = {"source": "measured", "draft_unit": round(ev.cost.draft_unit, 4),
                        "draft_share": round(ev.cost.draft_share, 3), "verify_curve_points": len(ev.cost.verify)}
     else:
-        c = scorer.cost(row.option, b.batch)
-        out["cost"] = {"source": "roofline", "c": round(c.cost_ratio, 4), "v": round(c.verify_ratio, 3), "bound": c.bound}
+        out["cost"] = {"source": "roofline", "c": round(c.cost_ratio, 4), "v": round(c.verify_ratio, 3), "bound": c.bound,
+                       "calibration": scorer.calibration.path if scorer.calibration else None}
     if scorer.policy is not None:
         from policies import base_speedup, feature_matrix
 
@@ -79,6 +87,16 @@ def explain(scorer: Scorer, table: ScoredTable, top: int = TOP) -> list[dict[str
     return rows
 
 
+def _cost_text(cost: dict[str, Any]) -> str:
+    if cost["source"] == "measured under load":
+        levels = cost["levels"]
+        return f"measured under load (R={cost['step_ratio']}, concurrency {levels[0]}-{levels[-1]})"
+    if cost["source"] == "measured":
+        return f"measured (d={cost['draft_unit']}, phi={cost['draft_share']})"
+    calibrated = f", calibrated from {cost['calibration']}" if cost.get("calibration") else ""
+    return f"roofline (c={cost['c']}, v={cost['v']}, {cost['bound']}{calibrated})"
+
+
 def markdown(rows: list[dict[str, Any]], notes: list[str]) -> str:
     lines = ["", "## Explain: best configuration of each strategy, per task type", ""]
     lines += [f"> {n}" for n in notes] + ([""] if notes else [])
@@ -88,8 +106,7 @@ def markdown(rows: list[dict[str, Any]], notes: list[str]) -> str:
         for c in row["candidates"]:
             e, p = c["evidence"], c["predicted_speedup"]
             cost = e["cost"]
-            cost_txt = (f"measured (d={cost['draft_unit']}, phi={cost['draft_share']})" if cost["source"] == "measured"
-                        else f"roofline (c={cost['c']}, v={cost['v']}, {cost['bound']})")
+            cost_txt = _cost_text(cost)
             sib = ("; siblings " + "/".join(f"{x:.2f}" for x in e["sibling_accept"][:3])
                    if "sibling_accept" in e else "")
             lines.append(f"| {c['strategy']} | {c['config']} | {p['mean']:.2f}x | {p['low']:.2f}-{p['high']:.2f}x | "
@@ -140,7 +157,7 @@ def plot(path: Path, table: ScoredTable, rec: Recommendation) -> bool:
 
 def recommend_command(profile: WorkloadProfile, measurements: Measurements | None, measurements_path: Path | None,
                       policy_path: Path | None, want_explain: bool, plot_path: Path | None, fmt: str,
-                      path: str) -> str:
+                      path: str, calibration: Calibration | None = None) -> str:
     """What ``specpick recommend`` prints when ``--explain``, ``--policy`` or ``--plot`` is given."""
     from picker.recommend.render import render, render_data
 
@@ -159,8 +176,9 @@ def recommend_command(profile: WorkloadProfile, measurements: Measurements | Non
         else:
             notes.append(f"learned correction NOT applied: {why}; the analytic model scores every option")
     scorer = Scorer(profile, measurements, est, measured_costs=measured_costs,
-                    verify_curve=verify_curve_beside(measurements_path))
+                    verify_curve=verify_curve_beside(measurements_path), calibration=calibration)
     table = score_workload(scorer, path=path)
+    notes += list(table.cost_notes)
     from picker.recommend.provenance_labels import with_provenance
 
     rec = with_provenance(decide(table, path=path), profile, measurements)

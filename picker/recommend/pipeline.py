@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from picker.engine.plugins import load_strategies
 from picker.inputs.measurements import Measurements
@@ -43,6 +43,9 @@ from picker.recommend.table import (
     typical_batch,
 )
 from policies import Config, StepCost
+
+if TYPE_CHECKING:  # numpy-free at run time: policies.calibration imports numpy
+    from policies import Calibration
 
 
 def _workload_row(scorer: Scorer, opt: Option, bs: Sequence[Bucket], batch: int) -> Scored:
@@ -105,26 +108,31 @@ def score_workload(scorer: Scorer, options: Sequence[Option] | None = None, *, p
     costs = _grids(scorer, rows, bs)
     # Frozen copies of the scorer's memo: the table no longer changes when the scorer does.
     rows = [Scored(r.option, r.mean, r.low, r.high, r.feasible, r.notes, r.cost,
-                   MappingProxyType(scorer.speedups(r.option)), MappingProxyType(costs.get((r.plugin.name, r.config), {})))
+                   MappingProxyType(scorer.speedups(r.option)), MappingProxyType(costs.get((r.plugin.name, r.config), {})),
+                   tuple(level for level, _ in scorer.measured_ratios(r.option)))
             for r in rows]
     strategies = {o.plugin.name: o.plugin for o in kept}
     alphas: dict[tuple[str, str, float], Alpha] = {
         (name, b.task, b.temperature): scorer.alpha(p, b.task, b.temperature) for name, p in strategies.items()
         for b in bs}
     return ScoredTable(profile, tuple(bs), tuple(rows), batch, MappingProxyType(alphas),
-                       unscored=tuple(sorted(n for n, ok in scorable.items() if not ok)))
+                       unscored=tuple(sorted(n for n, ok in scorable.items() if not ok)),
+                       cost_notes=tuple(scorer.cost_notes(kept)),
+                       calibration=scorer.calibration.path if scorer.calibration else None)
 
 
 def recommend(profile: WorkloadProfile, measurements: Measurements | None = None, *, path: str = "",
               policy: Any = None, measured_costs: bool | None = None,
-              verify_curve: Sequence[tuple[float, float]] | None = None) -> Recommendation:
+              verify_curve: Sequence[tuple[float, float]] | None = None,
+              calibration: Calibration | None = None) -> Recommendation:
     """Build the :class:`~picker.recommend.contract.Recommendation` for ``profile``.
 
     ``policy`` is a fitted ``policies.SpeedupEstimator`` (``policies.load_policy``); without one the
     analytic model scores every option. See :class:`~picker.recommend.scoring.Scorer` for
-    ``measured_costs`` and ``verify_curve``.
+    ``measured_costs``, ``verify_curve`` and ``calibration`` (``policies.calibration_for``).
     """
-    scorer = Scorer(profile, measurements, policy, measured_costs=measured_costs, verify_curve=verify_curve)
+    scorer = Scorer(profile, measurements, policy, measured_costs=measured_costs, verify_curve=verify_curve,
+                    calibration=calibration)
     from picker.recommend.provenance_labels import with_provenance
 
     return with_provenance(decide(score_workload(scorer, path=path), path=path), profile, measurements)

@@ -83,7 +83,7 @@ def markdown(rec: Recommendation) -> str:
         sw = d.temperature_switch
         out.append(f"- Temperature: {'turn it off above T = ' + format(sw.above, 'g') if sw.above is not None else 'no switch needed'} ({sw.reason}).")
         out += ["", f"| batch size | draft tokens | predicted speedup at that batch (task mix, temperatures){_on(rec.evidence.measured_on)} "
-                    "| break-even α |", "|---|---|---|---|"]
+                    "| break-even α | step cost |", "|---|---|---|---|---|"]
         for r in d.batch_schedule:
             hi = "∞" if r.max_batch is None else str(r.max_batch)
             k = "off" if r.num_speculative_tokens == 0 else str(r.num_speculative_tokens)
@@ -95,7 +95,8 @@ def markdown(rec: Recommendation) -> str:
                 lo_s, hi_s = r.predicted_speedup_range
                 span += f" (uncertain: {_x(lo_s)}–{_x(hi_s)} straddles 1.0x; measure at this batch)"
             be = "—" if r.break_even_alpha is None else f"{r.break_even_alpha:.2f}"
-            out.append(f"| {r.min_batch}–{hi} | {k} | {span} | {be} |")
+            cost = "measured under load" if r.step_cost == "measured" else "model"
+            out.append(f"| {r.min_batch}–{hi} | {k} | {span} | {be} | {cost} |")
         out.append("")
     if rec.warnings:
         out += ["### Warnings", *[f"- {w}" for w in rec.warnings], ""]

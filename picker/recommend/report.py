@@ -157,11 +157,13 @@ def _schedule(rec: dict[str, Any]) -> str:
             k += f" (off above T = {r['disable_above_temperature']:g})"
         if r.get("uncertain"):
             k += " (uncertain: the range straddles 1.0x)"
+        cost = "measured under load" if r.get("step_cost") == "measured" else "model"
         rows.append([_e(f"{r['min_batch']}–{hi}"), _e(k), _e(_x(r["predicted_speedup"])),
-                     _e(_x(r["predicted_speedup_at_max_batch"]))])
+                     _e(_x(r["predicted_speedup_at_max_batch"])), _e(cost)])
     on = rec["evidence"].get("measured_on")
     note = f'<p class="muted">Speedups measured on {_e(on)}.</p>' if on else ""
-    return note + _table(["batch size", "draft tokens", "speedup at min batch", "at max batch"], rows, {2, 3})
+    return note + _table(["batch size", "draft tokens", "speedup at min batch", "at max batch", "step cost"], rows,
+                         {2, 3})
 
 
 def _alternatives(rec: dict[str, Any]) -> str:

@@ -12,7 +12,7 @@ decision and every curve, so the page never shows a number the decision did not 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -197,15 +197,15 @@ def gather(profile: WorkloadProfile, measurements: Measurements | None, *, path:
             notes.append(f"learned correction applied ({policy_path})")
         else:
             notes.append(f"learned correction NOT applied: {why}")
-    scorer = Scorer(profile, measurements, policy, measured_costs=measured_costs,
-                    verify_curve=verify_curve_beside(measurements_path))
+    cal = None
     if calibration_path is not None:
-        from policies import engine_curve, load_calibration
+        from policies import calibration_for
 
-        # The engine constants fitted on a GPU run replace the load curve's assumed ones.
-        cal = load_calibration(calibration_path, engine=profile.engine.name)
-        scorer.ctx = replace(scorer.ctx, engine=engine_curve(profile.engine.name, cal))  # type: ignore[arg-type]
-        notes.append(f"load curve calibrated from {calibration_path}")
+        # The engine constants fitted on a GPU run replace the load curve's (the same rule as recommend's).
+        cal = calibration_for(calibration_path, profile.engine.name, profile.hardware.gpu)
+        notes.append(cal.note)
+    scorer = Scorer(profile, measurements, policy, measured_costs=measured_costs,
+                    verify_curve=verify_curve_beside(measurements_path), calibration=cal)
     table = score_workload(scorer, path=path)
     bs = list(table.buckets)
     options = [r.option for r in table.rows if r.deployable]

@@ -1,8 +1,11 @@
 """Scoring: the speedup of every (option, bucket) pair, from measurements, priors and the cost model.
 
 :class:`Scorer` turns evidence (measured cells where they exist, cited priors otherwise) and step
-costs (measured, or the roofline) into (mean, low, high) speedups; ``picker.recommend.pipeline``
-runs it over a workload into a :class:`~picker.recommend.table.ScoredTable`.
+costs into (mean, low, high) speedups; ``picker.recommend.pipeline`` runs it over a workload into a
+:class:`~picker.recommend.table.ScoredTable`. Step costs, in order of trust: the measured gain
+against concurrency inside its measured levels (``picker.recommend.measured_load``), per-step
+timings measured at one concurrency, the load curve (its constants from a calibration file where
+one is given, ``policies.calibration_for``).
 
     >>> from picker.inputs.workload import load_profile
     >>> from picker.engine.plugins import load_strategies
@@ -16,12 +19,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from picker.engine.plugins import StrategyPlugin
 from picker.inputs.measurements import TEMPERATURE_MATCH, Cell, Measurements
 from picker.inputs.provenance import costs_transfer
 from picker.inputs.workload import WorkloadProfile
+from picker.recommend.measured_load import MEASURED, cost_source, gain_curves, interpolate, pooled, with_ratio
 from picker.recommend.table import Alpha, Bucket, BucketKey, Option, Speedups
 from policies import (
     Candidate,
@@ -32,11 +36,15 @@ from policies import (
     StepCost,
     base_range,
     config_cost,
+    engine_curve,
     evidence_from_cell,
     live_step_points,
     load_priors,
     speedup,
 )
+
+if TYPE_CHECKING:  # numpy-free at run time: policies.calibration imports numpy
+    from policies import Calibration
 
 __all__ = ["Alpha", "Bucket", "Option", "Scorer", "cost_context", "shape_of"]
 
@@ -49,23 +57,33 @@ class Scorer:
     ``policy`` is given -- then rows are scored in batches (:meth:`prime`), since one call per row
     would cost a millisecond each. ``measured_costs`` uses the step costs of the measured cells
     (and ``verify_curve``) instead of the roofline; by default only when the measurements were
-    taken on the profile's own engine (a torch-backend profile says nothing about an engine's costs).
+    taken on the profile's own engine (a torch-backend profile says nothing about an engine's costs);
+    the measured gain against concurrency is a step cost too and obeys the same rule. ``calibration``
+    replaces load-curve constants.
     """
 
     def __init__(self, profile: WorkloadProfile, measurements: Measurements | None, policy: Any = None, *,
                  measured_costs: bool | None = None,
-                 verify_curve: Sequence[tuple[float, float]] | None = None) -> None:
+                 verify_curve: Sequence[tuple[float, float]] | None = None,
+                 calibration: Calibration | None = None) -> None:
         self.profile = profile
         self.measurements = measurements
         self.policy = policy
         self.priors = load_priors()
         self.ctx = cost_context(profile)
+        self.calibration = calibration
+        if calibration is not None:  # the file's constants replace the engine curve's (policies.calibration_for)
+            self.ctx = replace(self.ctx, engine=engine_curve(  # type: ignore[arg-type]
+                profile.engine.name, calibration.overrides, label=calibration.label))
         # Costs transfer only from the deployment's own engine and hardware (picker.inputs.provenance).
         self.measured_costs = costs_transfer(profile, measurements, measured_costs)
         self.verify_curve = tuple(verify_curve) if verify_curve else None
+        # Gain against concurrency, per configuration: a step cost, so it obeys the same rule.
+        self.gain_curves = gain_curves(measurements)
         self._evidence: dict[tuple[str, str, float, int], Evidence] = {}
         # Memo tables per option (options hash by identity): the scorer's own, never the option's.
         self._costs: dict[Option, dict[int, StepCost]] = {}
+        self._ratios: dict[Option, tuple[tuple[int, float], ...]] = {}
         self._speedups: dict[Option, dict[BucketKey, Speedups]] = {}
 
     def has_evidence(self, plugin: StrategyPlugin, bs: Sequence[Bucket]) -> bool:
@@ -88,7 +106,7 @@ class Scorer:
         """Step ratios implied by the live cells of this strategy at ``cell``'s temperature."""
         assert self.measurements is not None
         same = [c for c in self.measurements.cells if c.strategy == name and c.tree is None
-                and c.temperature == cell.temperature]
+                and c.temperature == cell.temperature and c.concurrency == cell.concurrency]
         return live_step_points(same)
 
     def _probe(self, name: str, cell: Cell) -> Cell | None:
@@ -99,7 +117,8 @@ class Scorer:
         if self.measurements is None:
             return None
         others = [c for c in self.measurements.cells if c.strategy == name and c.tree is None
-                  and c.num_draft_tokens and c.num_draft_tokens != cell.num_draft_tokens]
+                  and c.num_draft_tokens and c.num_draft_tokens != cell.num_draft_tokens
+                  and c.concurrency == cell.concurrency]
         if not others:
             return None
         return max(others, key=lambda c: (c.temperature == cell.temperature,
@@ -121,7 +140,10 @@ class Scorer:
         cells = self._cells(plugin.name, task, temperature)
         if cells:
             exact = [c for c in cells if c.num_draft_tokens == depth]
-            cell = max(exact or cells, key=lambda c: ((c.num_draft_tokens or 0), c.samples))
+            # The lowest concurrency measured: acceptance does not depend on it, but the per-step
+            # timings do, and the cost model reads them as one sequence's (the measured gain
+            # against concurrency enters through ``cost``).
+            cell = max(exact or cells, key=lambda c: ((c.num_draft_tokens or 0), -c.concurrency, c.samples))
             ev = evidence_from_cell(cell, plugin.capabilities, self.verify_curve,
                                     self.measurements.source if self.measurements else "",
                                     probe=self._probe(plugin.name, cell))
@@ -149,12 +171,72 @@ class Scorer:
         return Alpha(ev.alpha, ev.alpha_low, ev.alpha_high, ev.source, ev.citations)
 
     def cost(self, option: Option, batch: int) -> StepCost:
-        """The roofline step cost of ``option`` at ``batch`` (cached)."""
+        """The step cost of ``option`` at ``batch`` (cached): from the measured gain against
+        concurrency inside its measured levels (:mod:`picker.recommend.measured_load`), else the
+        load curve's. Every speedup, break-even α and schedule row reads it here."""
         costs = self._costs.setdefault(option, {})
         cost = costs.get(batch)
         if cost is None:
-            cost = costs[batch] = config_cost(option.caps, option.config, self.ctx, batch)
+            cost = self.model_cost(option, batch)
+            ratio = interpolate(self.measured_ratios(option), batch)
+            if ratio is not None:
+                levels = tuple(level for level, _ in self.measured_ratios(option))
+                cost = with_ratio(cost, ratio, levels=levels, source=getattr(self.measurements, "source", ""))
+            costs[batch] = cost
         return cost
+
+    def model_cost(self, option: Option, batch: int) -> StepCost:
+        """The load curve's step cost (``policies.config_cost``), calibrated where a file was given."""
+        return config_cost(option.caps, option.config, self.ctx, batch)
+
+    def measured_ratios(self, option: Option) -> tuple[tuple[int, float], ...]:
+        """(level, step ratio) from the measured gains of ``option``'s configuration (cached; empty
+        when it has no curve, or when step costs do not transfer from the measurements).
+
+        Each gain g on (task, level, temperature) gives the R at which this scorer's own speedup
+        at the measured α equals g: every speedup here has the form A / (B + S·R) (E[L] / R, or
+        with the prefill F: (F + T − 1) / (F + S·R)), so 1 / speedup is linear in R and two
+        evaluations invert it. R is floored at 1 (a step never costs less than a plain one) and
+        pooled over tasks and temperatures per level (:func:`~picker.recommend.measured_load.pooled`).
+        """
+        done = self._ratios.get(option)
+        if done is not None:
+            return done
+        gains = self.gain_curves.get((option.plugin.name, option.config), ()) if self.measured_costs else ()
+        per_level: dict[int, list[float]] = {}
+        for m in gains:
+            bucket = Bucket(m.task, m.concurrency, m.temperature, 1.0)
+            model = self.model_cost(option, m.concurrency)
+            f1 = self._score(option, bucket, with_ratio(model, 1.0), True)[0]
+            f2 = self._score(option, bucket, with_ratio(model, 2.0), True)[0]
+            slope = 1.0 / f2 - 1.0 / f1
+            if f1 <= 0 or f2 <= 0 or slope <= 0:
+                continue  # no acceptance to divide by: this group says nothing about the step cost
+            ratio = 1.0 + (1.0 / m.gain - 1.0 / f1) / slope
+            per_level.setdefault(m.concurrency, []).append(max(ratio, 1.0))
+        out = pooled(per_level) if len(per_level) >= 2 else ()
+        self._ratios[option] = out
+        return out
+
+    def cost_notes(self, options: Sequence[Option]) -> list[str]:
+        """What the step costs of ``options`` rest on beyond the load curve, one sentence each."""
+        notes = [self.calibration.note] if self.calibration is not None else []
+        source = getattr(self.measurements, "source", "") or "the measurements"
+        if self.gain_curves and not self.measured_costs:
+            notes.append(f"the gain against concurrency in {source} is not used: step costs do not transfer from "
+                         "those measurements to this deployment (see the provenance note); the load curve "
+                         "prices every batch size")
+        curves: dict[tuple[int, ...], list[str]] = {}
+        for o in options:
+            levels = tuple(level for level, _ in self.measured_ratios(o))
+            if levels:
+                curves.setdefault(levels, []).append(f"{o.plugin.name} {o.config.label}")
+        for levels, names in curves.items():
+            notes.append(f"step costs of {', '.join(names)} at batch {levels[0]}-{levels[-1]} are measured: the gain "
+                         f"against concurrency in {source} (levels {', '.join(map(str, levels))}), interpolated in "
+                         "log concurrency; outside that range, and for every other configuration, the cost model "
+                         "prices them, never extrapolated from the measurements")
+        return notes
 
     def speedups(self, option: Option) -> dict[BucketKey, Speedups]:
         """A copy of every bucket speedup scored for ``option`` so far."""
@@ -187,16 +269,20 @@ class Scorer:
             if self.policy is not None:
                 self.prime([option], [bucket])
                 return memo[key]
-            c = option.config
-            ev = self.evidence(option.plugin, bucket.task, bucket.temperature, 0 if c.is_tree else c.depth)
-            if ev.cost is None and not ev.per_position:  # α alone: the roofline cost model
-                cost = self.cost(option, bucket.batch)
-                out = (speedup(c, ev.alpha, cost), speedup(c, ev.alpha_low, cost), speedup(c, ev.alpha_high, cost))
-            else:  # per-position acceptance and/or measured step costs
-                ratio = self.cost(option, bucket.batch).step_ratio if ev.cost is None else None
-                out = base_range(self.candidate(option, bucket), ratio)
+            cost = self.cost(option, bucket.batch)
+            out = self._score(option, bucket, cost, cost_source(cost) == MEASURED)
             memo[key] = out
         return out
+
+    def _score(self, option: Option, bucket: Bucket, cost: StepCost, use_ratio: bool) -> Speedups:
+        """(mean, low, high) on ``bucket`` at step cost ``cost``; ``use_ratio``: its ratio replaces
+        the measured cost evidence's own (the measured curve outranks the per-step timings)."""
+        c = option.config
+        ev = self.evidence(option.plugin, bucket.task, bucket.temperature, 0 if c.is_tree else c.depth)
+        if ev.cost is None and not ev.per_position:  # α alone: the load curve's cost model
+            return speedup(c, ev.alpha, cost), speedup(c, ev.alpha_low, cost), speedup(c, ev.alpha_high, cost)
+        # per-position acceptance and/or measured step costs
+        return base_range(self.candidate(option, bucket), cost.step_ratio if ev.cost is None or use_ratio else None)
 
     def prime(self, options: Sequence[Option], bs: Sequence[Bucket]) -> None:
         """With a fitted policy, score every uncached (option, bucket) pair in one batch: one
@@ -211,8 +297,9 @@ class Scorer:
             return
         cands = [self.candidate(o, b) for o, b in todo]
         # The roofline step cost does not depend on α: one cached value serves all three rows.
-        ratios = [self.cost(o, b.batch).step_ratio if c.evidence.cost is None else None
-                  for (o, b), c in zip(todo, cands)]
+        costs = [self.cost(o, b.batch) for o, b in todo]
+        ratios = [cost.step_ratio if c.evidence.cost is None or cost_source(cost) == MEASURED else None
+                  for cost, c in zip(costs, cands)]
         mean = self.policy.predict(feature_matrix(cands, ratios))
         low, _ = self.policy.predict_interval(feature_matrix(
             [replace(c, evidence=c.evidence.at(c.evidence.alpha_low)) for c in cands], ratios))

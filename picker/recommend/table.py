@@ -95,6 +95,9 @@ class Scored:
     # Step costs on the batch grid, where the table was asked for them (the leader's family): the
     # schedule's break-even α per batch range reads them.
     costs_by_batch: Mapping[int, StepCost] = field(default_factory=lambda: MappingProxyType({}))
+    # Concurrency levels of the measured gain curve behind this configuration's step cost (inside
+    # them the cost is measured, outside it is the load curve's); empty: the load curve everywhere.
+    measured_levels: tuple[int, ...] = ()
 
     @property
     def plugin(self) -> StrategyPlugin:
@@ -135,6 +138,9 @@ class ScoredTable:
     alphas: Mapping[tuple[str, str, float], Alpha]
     # Registered strategies left out: neither measured here nor covered by a published prior.
     unscored: tuple[str, ...] = ()
+    # What the step costs rest on beyond the load curve: a calibration file, measured gain curves.
+    cost_notes: tuple[str, ...] = ()
+    calibration: str | None = None  # the calibration file the load curve's constants came from
 
     def alpha(self, strategy: str, task: str, temperature: float) -> Alpha:
         return self.alphas[(strategy, task, temperature)]

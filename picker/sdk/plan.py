@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # the Recommendation pulls pydantic; the profile path pulls t
     from picker.inputs.measurements import Measurements
     from picker.inputs.workload import WorkloadProfile
     from picker.recommend.contract import Recommendation
+    from policies import Calibration
 
 NUM_CELLS = 11  # (0,1], (1,2], (2,4], …, (256,512], (512, ∞)
 CELL_COST_BATCH = tuple(2**i for i in range(NUM_CELLS))  # the batch each cell is costed at (1024 for the open cell)
@@ -177,31 +178,34 @@ def plan_from_recommendation(rec: Recommendation | dict[str, Any],
 
 
 def cost_table(profile: WorkloadProfile, strategy: str, n_max: int, tree: TreeSpec | None,
-               measurements: Measurements | None = None) -> tuple[tuple[float, ...], ...]:
-    """R(n, cell) from the analytic cost model of ``strategy`` on ``profile`` (policies.config_cost)."""
+               measurements: Measurements | None = None, calibration: Calibration | None = None,
+               ) -> tuple[tuple[float, ...], ...]:
+    """R(n, cell) of ``strategy`` on ``profile`` from the scorer's own step costs
+    (``Scorer.cost``): the measured gain against concurrency inside its measured levels, else the
+    load curve (calibrated where ``calibration`` is given) -- the curve the plan's schedule used."""
     from picker.engine.plugins import load_strategies
-    from picker.recommend.scoring import cost_context
-    from policies import Config, chain, config_cost
+    from picker.recommend.scoring import Option, Scorer
+    from policies import Config, chain
 
-    caps = load_strategies()[strategy].capabilities
-    ctx = cost_context(profile)  # the scorer's own context; measurements do not change it
+    plugin = load_strategies()[strategy]
+    scorer = Scorer(profile, measurements, calibration=calibration)
     rows = []
     for n in range(1, n_max + 1):
         t = tree.at_depth(n) if tree is not None else None
-        config = chain(n) if t is None else Config(t.depth, t.topk, t.num_draft_tokens)
-        rows.append(tuple(config_cost(caps, config, ctx, b).step_ratio for b in CELL_COST_BATCH))
+        option = Option(plugin, chain(n) if t is None else Config(t.depth, t.topk, t.num_draft_tokens), True, True)
+        rows.append(tuple(scorer.cost(option, b).step_ratio for b in CELL_COST_BATCH))
     return tuple(rows)
 
 
-def plan_from_profile(profile: WorkloadProfile, measurements: Measurements | None = None
-                      ) -> tuple[Recommendation, ControllerPlan]:
+def plan_from_profile(profile: WorkloadProfile, measurements: Measurements | None = None,
+                      calibration: Calibration | None = None) -> tuple[Recommendation, ControllerPlan]:
     """Run ``recommend`` and build the plan with the cost model's R(n, batch) table."""
     from picker.recommend.pipeline import recommend
 
-    rec = recommend(profile, measurements)
+    rec = recommend(profile, measurements, calibration=calibration)
     plan = plan_from_recommendation(rec)
     if plan.strategy == "none":
         return rec, plan
     n_max = len(plan.step_ratio)
-    table = cost_table(profile, plan.strategy, n_max, plan.tree, measurements)
+    table = cost_table(profile, plan.strategy, n_max, plan.tree, measurements, calibration)
     return rec, ControllerPlan(**{**plan.__dict__, "step_ratio": table, "cost_source": "cost_model"})

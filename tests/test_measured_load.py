@@ -1,0 +1,238 @@
+"""The user's own curve under load (picker.recommend.measured_load): a profile measured at several
+concurrency levels prices the measured configurations' steps inside the measured range, and the
+load curve (labelled model) outside it.
+
+Two sources: a real ``specpick profile --concurrency 1,2,4`` of the zoo's Medusa heads on the
+reference engine (as tests/test_profiler_concurrency.py profiles under load, with fewer prompts
+and tokens), and a hand-written live-engine summary whose provenance matches a shipped profile's
+deployment, so that the CLI itself applies it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from picker.cli.main import app
+
+ROOT = Path(__file__).resolve().parents[1]
+LEVELS = (1, 2, 4)
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def zoo_load(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A real profile of the zoo's Medusa heads (N = 1, 2) at concurrency 1, 2, 4, and a workload
+    profile of the same model that caps Medusa at 2 heads, so every configuration it can deploy
+    was measured under load."""
+    from picker.zoo.resolve import resolve_target
+
+    out = tmp_path_factory.mktemp("zoo-load")
+    result = runner.invoke(app, ["profile", "--model", "zoo", "--strategies", "medusa", "--tasks", "code",
+                                 "--temperatures", "0", "--limit-per-task", "2", "--max-new-tokens", "8",
+                                 "--num-draft-tokens", "1,2", "--concurrency", ",".join(map(str, LEVELS)),
+                                 "--no-early-stop", "--quiet", "--no-plot", "--out", str(out / "run")])
+    assert result.exit_code == 0, result.output
+    target, artifacts, _ = resolve_target("zoo")
+    data = {
+        "name": "zoo-under-load", "description": "the zoo ci target on the reference engine, under load",
+        "model": {"name": "zoo:ci/target", "hf_config": str(Path(target) / "config.json"), "params_b": 0.00135},
+        "hardware": {"gpu": "cpu", "count": 1}, "engine": {"name": "tensorrt_llm", "version": "reference-loop"},
+        "traffic": {"task_mix": {"code": 1.0}, "prompt_tokens": {"mean": 64}, "output_tokens": {"mean": 8},
+                    # Most traffic where the model decides, so that a noisy measured gain (a shared
+                    # CPU: 0.45x to 3.7x seen at one level) cannot turn the whole plan off.
+                    "concurrency": [{"batch_size": 1, "weight": 0.05}, {"min": 2, "max": 4, "weight": 0.05},
+                                    {"min": 16, "max": 64, "weight": 0.9}],
+                    "temperature": [{"value": 0.0, "weight": 1.0}]},
+        "drafters": {"disabled": ["ngram", "lookahead", "vanilla", "eagle3"],
+                     "medusa_heads": {"path": str(artifacts["medusa_heads"]), "num_heads": 2}},
+        "memory_headroom_gib": 100,
+    }
+    (out / "zoo.yaml").write_text(yaml.safe_dump(data))
+    return {"summary": out / "run" / "summary.json", "profile": out / "zoo.yaml"}
+
+
+def _gains(summary: Path) -> dict[tuple[int, int], float]:
+    cells = json.loads(summary.read_text())["cells"]
+    return {(c["num_draft_tokens"], c["concurrency"]): c["throughput_gain_vs_plain"] for c in cells}
+
+
+def test_measured_gain_prices_the_measured_range_and_the_model_the_rest(zoo_load: dict[str, Path]) -> None:
+    """Inside 1..4 every step cost is the one that reproduces the measured gain at the measured α
+    (interpolated in log concurrency between levels); at 8 and beyond it is the load curve's."""
+    from picker.inputs.measurements import load_measurements
+    from picker.inputs.workload import load_profile
+    from picker.recommend.measured_load import MEASURED, MODEL, cost_source
+    from picker.recommend.pipeline import score_workload
+    from picker.recommend.scoring import Bucket, Scorer
+
+    prof, meas = load_profile(zoo_load["profile"]), load_measurements(zoo_load["summary"])
+    gains = _gains(zoo_load["summary"])
+    # The reference loop is no serving engine: its costs transfer only when asked (as bench/regret does).
+    scorer = Scorer(prof, meas, measured_costs=True)
+    table = score_workload(scorer)
+    medusa = {r.config.depth: r for r in table.rows if r.plugin.name == "medusa"}
+    assert sorted(medusa) == [1, 2] and all(r.measured_levels == LEVELS for r in medusa.values())
+    for n, row in medusa.items():
+        for level in LEVELS:
+            cost = scorer.cost(row.option, level)
+            assert cost_source(cost) == MEASURED and cost.step_ratio >= 1.0
+            mean = scorer.bucket_speedup(row.option, Bucket("code", level, 0.0, 1.0))[0]
+            if cost.step_ratio > 1.0 + 1e-9:  # not at the floor: the measured gain, exactly
+                assert mean == pytest.approx(gains[(n, level)], rel=1e-6)
+            else:  # a gain above what one plain-step-priced step can give: the floor binds
+                assert mean <= gains[(n, level)]
+        r2, r4 = scorer.cost(row.option, 2).step_ratio, scorer.cost(row.option, 4).step_ratio
+        assert scorer.cost(row.option, 3).step_ratio == pytest.approx(r2 + (r4 - r2) * math.log(1.5) / math.log(2))
+        for batch in (8, 64):  # outside: the load curve, never the measured ends carried on
+            cost = scorer.cost(row.option, batch)
+            assert cost_source(cost) == MODEL and cost == scorer.model_cost(row.option, batch)
+
+
+def test_the_schedule_follows_the_measurement_inside_and_says_model_outside(zoo_load: dict[str, Path]) -> None:
+    from picker.inputs.measurements import load_measurements
+    from picker.inputs.workload import load_profile
+    from picker.recommend.pipeline import recommend
+
+    prof, meas = load_profile(zoo_load["profile"]), load_measurements(zoo_load["summary"])
+    gains = _gains(zoo_load["summary"])
+    rec = recommend(prof, meas, measured_costs=True)
+    rows = rec.decision.batch_schedule
+    if rec.decision.strategy == "none":
+        # The heavy batches 16-64 are priced from the batch-1 step timings, as noisy on a shared CPU
+        # as the gains: when nothing pays over the workload, the plan says so and drafts nothing.
+        from picker.recommend.pipeline import score_workload
+        from picker.recommend.scoring import Scorer
+        from picker.recommend.table import NOT_WORTH_IT
+
+        table = score_workload(Scorer(prof, meas, measured_costs=True))
+        assert all(r.mean < NOT_WORTH_IT for r in table.rows if r.plugin.name == "medusa")
+        assert [r.num_speculative_tokens for r in rows] == [0]
+        return
+    assert rec.decision.strategy == "medusa"
+    for r in rows:
+        inside = r.max_batch is not None and r.max_batch <= LEVELS[-1]
+        assert r.step_cost == ("measured" if inside else "model"), r
+        assert inside or r.min_batch > LEVELS[-1]  # rows split where the source changes
+        if r.step_cost == "measured" and r.min_batch in LEVELS:
+            k, level = r.num_speculative_tokens, r.min_batch
+            if k:  # on: the measured gain of the depth deployed there
+                assert gains[(k, level)] >= 1.0 and r.predicted_speedup <= round(gains[(k, level)], 3) + 1e-3
+            elif r is rows[0] or rows[rows.index(r) - 1].num_speculative_tokens:  # the first row off
+                assert gains[(1, level)] < 1.0  # measured below 1x at every allowed depth
+    assert any("interpolated in log concurrency" in n for n in rec.evidence.notes)
+    # Two neighbouring rows drafting the same K are split only by the source of their step costs.
+    for a, b in itertools.pairwise(rows):
+        assert a.num_speculative_tokens != b.num_speculative_tokens or a.step_cost != b.step_cost
+
+
+def test_measurements_of_another_engine_do_not_price_the_deployment(zoo_load: dict[str, Path]) -> None:
+    """Through the CLI the reference loop's curve does not move a tensorrt_llm plan (step costs do
+    not transfer across engines), and the plan says it was not used."""
+    result = runner.invoke(app, ["recommend", str(zoo_load["profile"]), "--measurements",
+                                 str(zoo_load["summary"]), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    rec = json.loads(result.output)
+    assert {r["step_cost"] for r in rec["decision"]["batch_schedule"]} == {"model"}
+    assert any("gain against concurrency" in n and "is not used" in n for n in rec["evidence"]["notes"])
+
+
+# --------------------------------------------------------------------------- through the CLI
+
+LIVE_GAINS = {1: 1.5, 2: 1.2, 4: 0.8}  # a prompt-lookup curve that crosses 1 between 2 and 4
+
+
+def _live(tmp_path: Path, gains: dict[int, float] = LIVE_GAINS) -> tuple[Path, Path]:
+    """The shipped code-assistant deployment with prompt lookup only, and a vLLM summary of that
+    deployment measured at three levels (every chain length 1..8, gains falling below 1 at 4)."""
+    prof = yaml.safe_load((ROOT / "profiles" / "code-assistant-8b-a100.yaml").read_text())
+    prof["drafters"] = {"disabled": ["eagle3", "medusa", "vanilla", "lookahead"]}
+    profile = tmp_path / "ngram.yaml"
+    profile.write_text(yaml.safe_dump(prof))
+    prov = {"model": {"name": prof["model"]["name"]}, "backend": "vllm", "engine": "vllm",
+            "engine_version": prof["engine"]["version"], "hardware": {"gpu": "a100-80gb", "gpu_count": 1}}
+    cells = [{"task": "code", "strategy": "ngram", "temperature": 0.0, "num_draft_tokens": n, "alpha": 0.6,
+              "alpha_ci": [0.55, 0.65], "samples": 40, "concurrency": c, "throughput_gain_vs_plain": g}
+             for n in range(1, 9) for c, g in gains.items()]
+    summary = tmp_path / "summary.json"
+    summary.write_text(json.dumps({"cells": cells, "run": {"backend": "vllm", "provenance": prov}}))
+    return profile, summary
+
+
+def _recommend(*args: str) -> dict[str, Any]:
+    result = runner.invoke(app, ["recommend", *args, "--format", "json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def _k_at(rec: dict[str, Any], batch: int) -> int:
+    return next(r["num_speculative_tokens"] for r in rec["decision"]["batch_schedule"]
+                if r["min_batch"] <= batch and (r["max_batch"] is None or batch <= r["max_batch"]))
+
+
+def test_measured_below_one_at_four_is_off_there_though_the_model_says_on(tmp_path: Path) -> None:
+    profile, summary = _live(tmp_path)
+    model = _recommend(str(profile))
+    assert _k_at(model, 4) > 0 and _k_at(model, 64) > 0  # the load curve alone: prompt lookup pays
+    rec = _recommend(str(profile), "--measurements", str(summary))
+    rows = rec["decision"]["batch_schedule"]
+    assert _k_at(rec, 1) > 0 and _k_at(rec, 4) == 0
+    assert [r["step_cost"] for r in rows if r["min_batch"] <= 4] == ["measured"] * len(
+        [r for r in rows if r["min_batch"] <= 4])
+    assert all(r["step_cost"] == "model" for r in rows if r["min_batch"] > 4)
+    assert rec["predicted_speedup"]["mean"] < model["predicted_speedup"]["mean"]
+    on = next(r for r in rows if r["num_speculative_tokens"])
+    assert on["break_even_alpha"] != next(r for r in model["decision"]["batch_schedule"]
+                                          if r["min_batch"] == 1)["break_even_alpha"]
+    md = runner.invoke(app, ["recommend", str(profile), "--measurements", str(summary)]).output
+    assert "| measured under load |" in md and "| model |" in md
+    explained = _recommend(str(profile), "--measurements", str(summary), "--explain")
+    code = next(t for t in explained["explain"]["per_task"] if t["task"] == "code")
+    ngram = next(c for c in code["candidates"] if c["strategy"] == "ngram")
+    assert ngram["evidence"]["cost"]["source"] == "measured under load"  # code's heaviest bucket: batch 3
+    assert ngram["evidence"]["cost"]["levels"] == list(LIVE_GAINS)
+    assert any("interpolated in log concurrency" in n for n in explained["explain"]["notes"])
+    from picker.cli.report import build_page
+
+    page = build_page(profile, summary)
+    assert "<td>measured under load</td>" in page and "<td>model</td>" in page
+
+
+def test_a_measured_curve_may_turn_speculation_on_at_a_larger_batch(tmp_path: Path) -> None:
+    """"Once off, stay off" smooths the model's noise, not a measurement: below 1x at batch 1 and
+    above it at 2 and 4 (a server that batches plain decoding badly) gives off, then on."""
+    profile, summary = _live(tmp_path, {1: 0.9, 2: 1.4, 4: 1.5})
+    rec = _recommend(str(profile), "--measurements", str(summary))
+    assert (_k_at(rec, 1), _k_at(rec, 2) > 0, _k_at(rec, 4) > 0) == (0, True, True)
+    first = rec["decision"]["batch_schedule"][0]
+    assert (first["min_batch"], first["max_batch"], first["step_cost"]) == (1, 1, "measured")
+
+
+def test_the_controller_costs_its_cells_on_the_same_curve(tmp_path: Path) -> None:
+    """The SDK plan's R(n, batch) table (the Controller's per-batch break-even) reads the scorer's
+    step costs: measured at batch 1, 2, 4, the load curve from 8 up."""
+    from picker.engine.plugins import load_strategies
+    from picker.inputs.measurements import load_measurements
+    from picker.inputs.workload import load_profile
+    from picker.recommend.scoring import Option, Scorer
+    from picker.sdk.plan import CELL_COST_BATCH, plan_from_profile
+    from policies import chain
+
+    profile, summary = _live(tmp_path)
+    prof, meas = load_profile(profile), load_measurements(summary)
+    rec, plan = plan_from_profile(prof, meas)
+    assert rec.decision.strategy == plan.strategy == "ngram"
+    scorer = Scorer(prof, meas)
+    option = Option(load_strategies()["ngram"], chain(1), True, True)
+    measured = dict(scorer.measured_ratios(option))
+    for b, ratio in zip(CELL_COST_BATCH, plan.step_ratio[0]):
+        want = measured[b] if b in measured else scorer.model_cost(option, b).step_ratio
+        assert ratio == pytest.approx(want), b
+    assert plan.step_ratio[0][2] != pytest.approx(scorer.model_cost(option, 4).step_ratio)
