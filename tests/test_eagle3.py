@@ -127,6 +127,34 @@ def test_trees_are_valid_within_budget_and_expand_the_best(toy: dict[str, Any]) 
     assert len(draft.tree.children(-1)) <= 3
 
 
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_batched_drafting_proposes_what_each_sequence_would_alone(toy: dict[str, Any], temperature: float) -> None:
+    """One head forward per depth over sequences at different cache lengths (padding masked) and caps
+    gives each the tree (T = 0) or sampled chain (T = 1) it gets alone."""
+    drafter = make_drafter(target_backend=toy["target"], artifact=toy["root"] / "trained",
+                           topk=2, depth=4, num_draft_tokens=7)
+    forks = [drafter, drafter.fork(), drafter.fork(), drafter.fork()]
+    seqs = [_rows(toy["data"], row=r, upto=u) for r, u in ((0, 10), (1, 4), (2, 7), (3, 12))]
+    caps = (64, 3, 0, 5)  # the third proposes nothing
+
+    def run(batched: bool) -> list[Any]:
+        # A generator per sequence: batched drafting draws depth by depth, alone sequence by sequence.
+        ctxs = [DraftContext(tokens=t, prompt_len=len(t), sampling=SamplingParams(temperature),
+                             rng=np.random.default_rng(7 + i), max_draft=cap, hidden=h)
+                for i, ((t, h), cap) in enumerate(zip(seqs, caps))]
+        for d, (t, _) in zip(forks, seqs):
+            d.reset(t)
+        if batched:
+            return drafter.propose_batch(list(zip(forks, ctxs)))
+        return [d.propose(c) for d, c in zip(forks, ctxs)]
+
+    together, alone = run(True), run(False)
+    for got, want in zip(together, alone):
+        assert got.tree == want.tree
+        assert (got.p is None) == (want.p is None) and (got.p is None or np.allclose(got.p, want.p, atol=1e-6))
+    assert len(together[2]) == 0 and len(together[1]) <= 3
+
+
 def test_sampling_drafts_a_chain_drawn_from_p(toy: dict[str, Any]) -> None:
     drafter = make_drafter(target_backend=toy["target"], artifact=toy["root"] / "trained",
                            depth=4, num_draft_tokens=11)

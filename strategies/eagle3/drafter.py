@@ -15,6 +15,10 @@ All generated nodes are then re-ranked by score and the best M = num_draft_token
 child never outscores its parent, so the kept set is a tree. The shape depends on the drafted
 tokens, so the draft goes out with ``p=None``, the verifier's exact regime for such trees.
 
+Under load every sequence's drafter (a fork: the same head, its own cache) drafts in one pass
+(:meth:`Eagle3Drafter.propose_batch`): each depth is one head forward over all sequences, every row
+over its own cache padded to the longest (the padding masked), its own tree entries and positions.
+
 At temperature > 0 (unless ``sample_drafts=False``) it drafts a chain instead, each token drawn
 from the draft's warped distribution and sent with ``p``: accepting with ``min(1, q/p)`` keeps
 much more of a flat target's mass than ``q(d)`` for a top-k guess does.
@@ -46,8 +50,9 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
-from picker.engine.drafting import EMPTY_DRAFT, Draft, DraftContext, MissingArtifact, SamplingParams, StepOutcome
+from picker.engine.drafting import EMPTY_DRAFT, Draft, DraftContext, MissingArtifact, StepOutcome
 from picker.engine.sampling import inverse_cdf, warp
 from picker.engine.tree import TokenTree
 from strategies.eagle3.model import CONFIG_NAME, KV, Eagle3Head, causal_mask
@@ -128,77 +133,128 @@ class Eagle3Drafter:
         self.next_pos, self.root = last + 1, g[:, -1:]
 
     def propose(self, ctx: DraftContext) -> Draft:
-        if ctx.hidden is not None:
-            self._extend(ctx.hidden, ctx.tokens)
-        budget = min(self.num_draft_tokens - 1, ctx.max_draft)
-        # The root must sit at the position that produced the pending token, or we would guess blind.
-        if self.root is None or self.next_pos != len(ctx.tokens) - 1 or budget <= 0:
-            return EMPTY_DRAFT
-        sampling = ctx.sampling
-        self._ranked = []
-        if self.sample_drafts and not sampling.greedy:
-            return self._sampled_chain(min(self.depth, budget), sampling, ctx.rng)
-        # Scores estimate acceptance: calibrated argmax confidence at T = 0, p_T(d) at T > 0.
-        t = self.head.config.greedy_temperature if sampling.greedy else sampling.temperature
-        return self._grow(budget, 1.0 / t)
+        return self.propose_batch([(self, ctx)])[0]
+
+    def propose_batch(self, items: Sequence[tuple[Eagle3Drafter, DraftContext]]) -> list[Draft]:
+        """Drafts for several sequences (this drafter and its forks): every draft depth is ONE head
+        forward over all of them, each row over its own cache (padded to the longest) and tree."""
+        drafts, trees, chains = [EMPTY_DRAFT] * len(items), [], []
+        for i, (drafter, ctx) in enumerate(items):
+            if ctx.hidden is not None:
+                drafter._extend(ctx.hidden, ctx.tokens)
+            budget = min(drafter.num_draft_tokens - 1, ctx.max_draft)
+            # The root must sit at the position that produced the pending token, or we would guess blind.
+            if drafter.root is None or drafter.next_pos != len(ctx.tokens) - 1 or budget <= 0:
+                continue
+            drafter._ranked = []
+            if self.sample_drafts and not ctx.sampling.greedy:
+                chains.append((i, drafter, ctx, min(self.depth, budget)))
+            else:  # scores estimate acceptance: calibrated argmax confidence at T = 0, p_T(d) at T > 0
+                t = self.head.config.greedy_temperature if ctx.sampling.greedy else ctx.sampling.temperature
+                trees.append((i, drafter, budget, 1.0 / t))
+        if chains:
+            for (i, *_), d in zip(chains, self._sampled_chains([c[1:] for c in chains])):
+                drafts[i] = d
+        if trees:
+            for (i, *_), d in zip(trees, self._grow([t[1:] for t in trees])):
+                drafts[i] = d
+        return drafts
 
     @torch.inference_mode()
-    def _sampled_chain(self, n: int, sampling: SamplingParams, rng: np.random.Generator) -> Draft:
-        """``d_i ~ p_i`` (warped exactly as the loop warps q) for i = 1..n, sent with p."""
-        assert self.past is not None and self.root is not None
-        chain, rows = _Growth(), []
-        g, node = self.root, -1
-        for depth in range(1, n + 1):
-            logits = self.target.logits(g)[0, -1].double().numpy()
-            rows.append(warp(logits, sampling.temperature, sampling.top_k, sampling.top_p))
-            token = inverse_cdf(rows[-1], rng.random())
-            node = chain.add_children(node, [token], [0.0], depth)[0]
-            if depth < n:  # d_n is verified, never extended
-                pos = torch.full((1,), self.next_pos - 1 + depth)
-                g, kv = self.head.step(g, self.target.embed(torch.tensor([[token]])), pos,
-                                       chain.mask([node], self.past[0].shape[2]),
-                                       chain.past(self.past))
-                chain.add_entries([node], g, kv)
-        return Draft(tree=TokenTree.from_chain(chain.tokens), p=np.stack(rows))
+    def _sampled_chains(self, rows: Sequence[tuple[Eagle3Drafter, DraftContext, int]]) -> list[Draft]:
+        """Per row ``d_i ~ p_i`` (warped exactly as the loop warps q) for i = 1..n, sent with p; one
+        head forward per depth for the rows still drafting, draws in row order."""
+        chains = [_Growth() for _ in rows]
+        probs: list[list[np.ndarray]] = [[] for _ in rows]
+        g = torch.cat([d.root for d, _, _ in rows])  # (B, 1, H)
+        nodes = [-1] * len(rows)
+        live = list(range(len(rows)))
+        for depth in range(1, max(n for _, _, n in rows) + 1):
+            logits = self.target.logits(g)[:, -1].double().numpy()  # (B_live, V)
+            for j, r in enumerate(live):
+                s = rows[r][1].sampling
+                probs[r].append(warp(logits[j], s.temperature, s.top_k, s.top_p))
+                token = inverse_cdf(probs[r][-1], rows[r][1].rng.random())
+                nodes[r] = chains[r].add_children(nodes[r], [token], [0.0], depth)[0]
+            going = [r for r in live if depth < rows[r][2]]  # d_n is verified, never extended
+            if not going:
+                break
+            keep = [live.index(r) for r in going]
+            g = self._step([rows[r][0] for r in going], [chains[r] for r in going],
+                           [[nodes[r]] for r in going], g[keep], depth + 1)  # feeds the depth-d nodes
+            live = going
+        return [Draft(tree=TokenTree.from_chain(c.tokens), p=np.stack(p)) for c, p in zip(chains, probs)]
 
     @torch.inference_mode()
-    def _grow(self, budget: int, inv_t: float) -> Draft:
-        """Expand the best ``topk`` nodes per depth, then keep the ``budget`` best-scoring nodes.
+    def _grow(self, rows: Sequence[tuple[Eagle3Drafter, int, float]]) -> list[Draft]:
+        """Per row: expand the best ``topk`` nodes per depth, then keep the ``budget`` best-scoring
+        nodes; one head forward per depth for every row (each expands exactly ``topk`` nodes).
 
         A top-1 chain also keeps each depth's logits, which ranked its token (``last_scores``)."""
-        assert self.past is not None and self.root is not None
-        k, base = self.topk, self.next_pos - 1  # base: position of the root entry
-        tree = _Growth()
-        rows: list[torch.Tensor] | None = [] if self.topk == 1 else None
-        tokens, logps = self._top(self.root, inv_t, rows)
-        frontier = tree.add_children(-1, tokens[0], logps[0], depth=1)
+        k = self.topk
+        trees = [_Growth() for _ in rows]
+        ranked: list[list[torch.Tensor]] | None = [[] for _ in rows] if k == 1 else None
+        roots = [d.root for d, _, _ in rows]
+        inv_t = torch.tensor([t for _, _, t in rows])
+        tops = self._top(torch.cat(roots), inv_t, ranked)  # type: ignore[arg-type]
+        frontiers = [tree.add_children(-1, tok[0], lp[0], depth=1) for tree, (tok, lp) in zip(trees, tops)]
         for depth in range(2, self.depth + 1):
-            expand = sorted(frontier, key=lambda n: -tree.scores[n])[:k]
-            feature = torch.cat([tree.output_of(tree.parents[n], self.root) for n in expand], dim=1)
-            ids = torch.as_tensor([tree.tokens[n] for n in expand])[None]
-            # The expanded node at depth d - 1 sits at position base + d - 1 (as in training).
-            pos = torch.full((len(expand),), base + depth - 1)
-            g, kv = self.head.step(feature, self.target.embed(ids), pos,
-                                   tree.mask(expand, self.past[0].shape[2]), tree.past(self.past))
-            tree.add_entries(expand, g, kv)
-            tokens, logps = self._top(g, inv_t, rows)
-            frontier = []
-            for i, n in enumerate(expand):
-                frontier += tree.add_children(n, tokens[i], logps[i], depth)
-        best = tree.best(budget)
-        # A chain keeps its first len(best) depths (scores fall along it), one logits row each.
-        self._ranked = rows[: len(best)] if rows else []
-        return Draft(tree=best, p=None)
+            expand = [sorted(f, key=lambda n, t=tree: -t.scores[n])[:k] for f, tree in zip(frontiers, trees)]
+            feature = torch.cat([torch.cat([tree.output_of(tree.parents[n], root) for n in ex], dim=1)
+                                 for tree, ex, root in zip(trees, expand, roots)])
+            g = self._step([d for d, _, _ in rows], trees, expand, feature, depth)
+            tops = self._top(g, inv_t, ranked)
+            frontiers = []
+            for tree, ex, (tok, lp) in zip(trees, expand, tops):
+                frontier: list[int] = []
+                for i, n in enumerate(ex):
+                    frontier += tree.add_children(n, tok[i], lp[i], depth)
+                frontiers.append(frontier)
+        drafts = []
+        for r, ((drafter, budget, _), tree) in enumerate(zip(rows, trees)):
+            best = tree.best(budget)
+            # A chain keeps its first len(best) depths (scores fall along it), one logits row each.
+            drafter._ranked = ranked[r][: len(best)] if ranked else []
+            drafts.append(Draft(tree=best, p=None))
+        return drafts
 
-    def _top(self, g: torch.Tensor, inv_t: float,
-             rows: list[torch.Tensor] | None = None) -> tuple[list[list[int]], list[list[float]]]:
-        """Per row of ``g`` (1, R, H): the ``topk`` tokens and their log draft probabilities
-        (``rows``: also keep the full logits of the first row, for the sibling probe)."""
-        logits = self.target.logits(g)[0]
-        if rows is not None:
-            rows.append(logits[0])
-        top = torch.log_softmax(logits * inv_t, dim=-1).topk(self.topk, dim=-1)
-        return top.indices.tolist(), top.values.tolist()
+    def _step(self, drafters: Sequence[Eagle3Drafter], trees: Sequence[_Growth], expand: Sequence[list[int]],
+              feature: torch.Tensor, depth: int) -> torch.Tensor:
+        """ONE head forward expanding ``expand[b]`` (the same count per row) of every row's tree at
+        ``depth``: row b attends to its committed cache (padded to the longest, the padding masked),
+        its tree's entries on each node's path, and itself. Records the new entries; returns g."""
+        cached = [d.past[0].shape[2] for d in drafters]  # type: ignore[index]
+        width = max(cached)
+        past_k, past_v, masks = [], [], []
+        for d, tree, ex, n in zip(drafters, trees, expand, cached):
+            committed = d.past if n == width else tuple(  # type: ignore[union-attr]
+                F.pad(t, (0, 0, 0, width - n)) for t in d.past)  # type: ignore[union-attr]
+            keys, values = tree.past(committed)  # type: ignore[arg-type]
+            past_k.append(keys)
+            past_v.append(values)
+            own = tree.mask(ex, n)  # (R, n + entries + R): shift everything after the cache by the padding
+            mask = torch.zeros(len(ex), width + own.shape[1] - n, dtype=torch.bool)
+            mask[:, :n], mask[:, width:] = own[:, :n], own[:, n:]
+            masks.append(mask)
+        ids = torch.as_tensor([[tree.tokens[n] for n in ex] for tree, ex in zip(trees, expand)])
+        # The expanded node at depth d - 1 sits at position base + d - 1 (as in training); base: the root's.
+        pos = torch.as_tensor([[d.next_pos - 1 + depth - 1] * len(ex) for d, ex in zip(drafters, expand)])
+        g, (k, v) = self.head.step(feature, self.target.embed(ids), pos, torch.stack(masks)[:, None],
+                                   (torch.cat(past_k), torch.cat(past_v)))
+        for b, (tree, ex) in enumerate(zip(trees, expand)):
+            tree.add_entries(ex, g[b: b + 1], (k[b: b + 1], v[b: b + 1]))
+        return g
+
+    def _top(self, g: torch.Tensor, inv_t: torch.Tensor,
+             ranked: list[list[torch.Tensor]] | None = None) -> list[tuple[list[list[int]], list[list[float]]]]:
+        """Per row b of ``g`` (B, R, H), per node: the ``topk`` tokens and their log draft
+        probabilities (``ranked``: also keep the full logits of each row's first node, for the sibling probe)."""
+        logits = self.target.logits(g)
+        if ranked is not None:
+            for b, rows in enumerate(ranked):
+                rows.append(logits[b, 0])
+        top = torch.log_softmax(logits * inv_t.to(logits.dtype)[:, None, None], dim=-1).topk(self.topk, dim=-1)
+        return list(zip(top.indices.tolist(), top.values.tolist()))
 
 
 class _Growth:

@@ -115,8 +115,11 @@ class Rotary(torch.nn.Module):
         self.register_buffer("inv_freq", inv_freq, persistent=False)  # derived, never saved
 
     def angles(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(T, head_dim / 2)`` cos and sin for ``positions``."""
-        angle = positions.to(torch.float32)[:, None] * self.inv_freq[None, :]
+        """cos and sin for ``positions``: ``(T, head_dim / 2)`` for ``(T,)`` (shared by the batch), or
+        ``(B, 1, T, head_dim / 2)`` for per-row ``(B, T)`` positions (broadcast over heads)."""
+        angle = positions.to(torch.float32)[..., None] * self.inv_freq
+        if positions.dim() == 2:
+            angle = angle[:, None]
         return angle.cos(), angle.sin()
 
     @staticmethod
@@ -195,7 +198,10 @@ class Eagle3Head(torch.nn.Module):
 
     def step(self, feature: torch.Tensor, embedded: torch.Tensor, positions: torch.Tensor,
              mask: torch.Tensor, past: KV | None) -> tuple[torch.Tensor, KV]:
-        """One draft step for ``(B, T, H)`` features and embedded tokens; returns g and new K/V."""
+        """One draft step for ``(B, T, H)`` features and embedded tokens; returns g and new K/V.
+
+        ``positions``: ``(T,)`` for every row, or ``(B, T)``; ``mask``: bool ``(T, S)`` for every row,
+        or ``(B, 1, T, S)`` (S = past + T key slots)."""
         x = self.merge(torch.cat((self.embed_norm(embedded), self.feature_norm(feature)), dim=-1))
         return self.layer(x, positions, mask, past)
 
