@@ -15,9 +15,9 @@ to ``--out`` is read by :func:`policies.calibration.load_calibration` into the `
 overrides of :func:`policies.roofline.resolve_engine` for engine ``hf`` (eager PyTorch, what the
 torch backend runs). Nothing requires this file; without it the roofline keeps its assumptions.
 
-Timing uses plain Hugging Face forwards with a ``DynamicCache``, not ``picker.engine.backend.TorchBackend``,
-because that backend drives batch 1 only and this sweep needs batch sizes; the forward it issues is
-the same model call. With ``--shape`` the model is a Llama of that published shape with random
+Timing uses plain Hugging Face forwards with a ``DynamicCache`` by default; ``--forward reference``
+times the reference engine's own batched verify forward instead (``picker.engine.backend.TorchBackend.run``:
+its slab cache, per-row plans and masks), the curve to calibrate when predicting the reference engine. With ``--shape`` the model is a Llama of that published shape with random
 weights (timing does not depend on weight values), so no checkpoint is needed.
 """
 
@@ -73,6 +73,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1,
                    help="CPU threads for torch (a dry run on a busy 2-core machine is fastest with 1)")
+    p.add_argument("--forward", choices=("hf", "reference"), default="hf",
+                   help="time plain HF forwards with a DynamicCache, or the reference engine's own batched "
+                        "verify forward (picker.engine.backend.TorchBackend.run over B rows of k tokens)")
     p.add_argument("--out", type=Path, required=True)
     return p.parse_args(argv)
 
@@ -157,6 +160,42 @@ def time_point(model: PreTrainedModel, args: argparse.Namespace, batch: int, con
     return points
 
 
+@torch.no_grad()
+def time_point_reference(model: PreTrainedModel, args: argparse.Namespace, batch: int, context: int,
+                         tokens: list[int]) -> list[TimingPoint]:
+    """The reference engine's verify forward: ``batch`` rows of ``context`` cached tokens, each fed
+    one pending token plus a chain of k - 1 drafts, as the decode loop plans it (the slab cache is
+    written at the same slots again every repetition, so nothing needs rewinding)."""
+    from picker.engine.backend import TorchBackend
+    from picker.engine.rollback import BatchForward, plan_forward
+    from picker.engine.tree import TokenTree
+
+    vocab = model.config.vocab_size
+    gen = torch.Generator().manual_seed(args.seed + batch * 7919 + context)
+    backend = TorchBackend(model, rows=batch)
+    rows = tuple(range(batch))
+
+    def plans(start: int, width: int) -> BatchForward:
+        ids = torch.randint(vocab, (batch, width), generator=gen).tolist()
+        return BatchForward(rows, tuple(plan_forward(start, r[:1] if start else r, TokenTree.from_chain(
+            r[1:] if start else ())) for r in ids))
+
+    backend.run(plans(0, context))  # the prefill
+    points = []
+    for k in tokens:
+        batch_forward, times = plans(context, k), []
+        for i in range(args.warmup + args.repeats):
+            _sync(args.device)
+            start = time.perf_counter()
+            backend.run(batch_forward)
+            _sync(args.device)
+            if i >= args.warmup:
+                times.append(time.perf_counter() - start)
+        points.append(TimingPoint(batch=batch, tokens_per_seq=k, context_len=context,
+                                  seconds=statistics.median(times)))
+    return points
+
+
 def guess_hardware(device_name: str) -> str | None:
     """Catalog key for a CUDA device name ("NVIDIA H100 80GB HBM3" -> h100-sxm): drop the vendor
     words, then try ever shorter prefixes of what is left against the catalog and its aliases."""
@@ -187,7 +226,8 @@ def main(argv: list[str] | None = None) -> int:
     for context in args.contexts:
         for batch in args.batches:
             try:
-                points += time_point(model, args, batch, context, args.tokens)
+                timer = time_point_reference if args.forward == "reference" else time_point
+                points += timer(model, args, batch, context, args.tokens)
             except torch.OutOfMemoryError:
                 print(f"skip batch {batch} at context {context}: out of memory", file=sys.stderr)
                 torch.cuda.empty_cache()
@@ -198,7 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     fit = fit_engine_constants(points, shape, hw)
     cal = CalibrationFile(
         engine="hf", device=device_name,
-        method=f"HF forward + DynamicCache, {dtype}, median of {args.repeats} after {args.warmup} warm-up",
+        method=(("reference engine (TorchBackend.run, batched verify forward)" if args.forward == "reference"
+                 else "HF forward + DynamicCache") + f", {dtype}, median of {args.repeats} after {args.warmup} warm-up"),
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         hardware=HardwareRecord(name=hw.name, memory_bandwidth_gbps=hw.memory_bandwidth_gbps,
                                 bf16_tflops=hw.bf16_tflops),
