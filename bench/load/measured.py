@@ -7,7 +7,8 @@
 holds, per (task, temperature, strategy, N, tree), the measured gain over plain decoding at every
 level. As for the published curves (``bench.load.predict``), E[L] is the one thing taken from the
 measurement, at the curve's smallest concurrency; every other level is a prediction,
-S(C) = E[L] · t_plain(C) / t_step(C) (``policies.loadcurve.load_step_cost``), on the engine curve
+S(C) = E[L] · t_plain(C) / t_step(C) (``policies.loadcurve.load_step_cost``), with the curve's
+smallest-level cell's share of drafting steps and nodes per drafting step (:func:`drafting`), on the engine curve
 of ``--engine`` (default ``hf``: eager PyTorch, what the reference engine runs) with the
 calibration file's constants (``scripts/gpu_calibrate.py --device cpu --model TARGET``: forward
 timings of the target alone, no speculative run) and the shape it records. A draft model's shape
@@ -93,19 +94,40 @@ def _kind(strategy: str) -> str:
     return load_strategies()[strategy].capabilities.draft_cost
 
 
+def drafting(cells: Sequence[dict[str, Any]], entry: dict[str, Any], level: int) -> tuple[float, float]:
+    """(φ, n): the share of decode steps that drafted and the nodes verified per drafting step, as
+    the curve's cell at ``level`` measured them (prompt lookup drafts only where it finds a match;
+    lookahead verifies its window's guesses beside its N)."""
+    for c in cells:
+        if (c["task"], c["strategy"], c["temperature"], c["num_draft_tokens"], c.get("tree"), c["concurrency"]) == \
+                (entry["task"], entry["strategy"], entry["temperature"], entry["num_draft_tokens"], entry.get("tree"),
+                 level) and c["decode_steps"]:
+            steps = c["draft_steps"] or 1
+            return c["draft_steps"] / c["decode_steps"], c["draft_tokens"] / steps
+    n = float(entry["num_draft_tokens"])
+    return 1.0, n
+
+
 def predict(entry: dict[str, Any], target: ModelShape, draft: ModelShape | None, curve: EngineCurve,
-            hw: Any) -> CurveCheck:
+            hw: Any, cells: Sequence[dict[str, Any]] = ()) -> CurveCheck:
     levels = tuple(int(c) for c, _ in entry["gain"])
     measured = tuple(float(g) for _, g in entry["gain"])
     n = int(entry["num_draft_tokens"])
     tree = entry.get("tree")
     depth = _tree_depth(tree) if tree else None
     kind = _kind(entry["strategy"])
+    share, nodes = drafting(cells, entry, levels[0])
 
-    def ratio(c: int) -> float:  # t_plain / t_step at concurrency c
-        cost = load_step_cost(kind, target, hw, c, n, n + 1, CONTEXT, curve,  # type: ignore[arg-type]
+    def spec(c: int, m: int) -> tuple[float, float]:  # (t_plain, t_draft + t_verify) verifying m nodes
+        cost = load_step_cost(kind, target, hw, c, max(m, 1), max(m, 1) + 1, CONTEXT, curve,  # type: ignore[arg-type]
                               draft if kind == "draft_model" else None, depth)
-        return cost.plain_seconds / (cost.draft_seconds + cost.verify_seconds)
+        return cost.plain_seconds, cost.draft_seconds + cost.verify_seconds
+
+    def ratio(c: int) -> float:  # t_plain / t_step at concurrency c, steps that draft mixed with ones that do not
+        lo = math.floor(nodes)
+        plain, t_lo = spec(c, lo)
+        t_n = t_lo + (nodes - lo) * (spec(c, lo + 1)[1] - t_lo)  # linear between whole node counts
+        return plain / (share * t_n + (1.0 - share) * plain)
 
     length = measured[0] / ratio(levels[0])  # E[L] fixed at the smallest level
     predicted = tuple(length * ratio(c) for c in levels)
@@ -139,7 +161,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     checks = []
     for run in args.run:
         summary = json.loads((run / "summary.json").read_text())
-        checks += [predict(e, target, draft, curve, hw) for e in summary.get("load", []) if len(e["gain"]) > 1]
+        checks += [predict(e, target, draft, curve, hw, summary["cells"])
+                   for e in summary.get("load", []) if len(e["gain"]) > 1]
     _print(checks)
     if args.json:
         args.json.write_text(json.dumps([{**asdict(c), "errors": c.errors, "crossover_ok": c.crossover_ok}
