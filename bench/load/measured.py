@@ -145,7 +145,8 @@ def _tree_depth(tree: Any) -> int | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--run", type=Path, action="append", required=True, help="profile run folder (repeatable)")
+    ap.add_argument("--run", action="append", required=True,
+                    help="profile run folder (repeatable); RUN:s1,s2 takes only those strategies from it")
     ap.add_argument("--calibration", type=Path, required=True)
     ap.add_argument("--draft", type=Path, default=None, help="the draft model's folder (vanilla)")
     ap.add_argument("--engine", default="hf")
@@ -159,10 +160,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     hw = get_hardware(args.hardware)
     draft = shape_of(args.draft) if args.draft else None
     checks = []
-    for run in args.run:
-        summary = json.loads((run / "summary.json").read_text())
-        checks += [predict(e, target, draft, curve, hw, summary["cells"])
-                   for e in summary.get("load", []) if len(e["gain"]) > 1]
+    for spec in args.run:
+        run, _, only = spec.partition(":")
+        summary = json.loads((Path(run) / "summary.json").read_text())
+        keep = set(only.split(",")) if only else None
+        checks += [predict(e, target, draft, curve, hw, summary["cells"]) for e in summary.get("load", [])
+                   if len(e["gain"]) > 1 and (keep is None or e["strategy"] in keep)]
+    checks.sort(key=lambda c: c.key)
     _print(checks)
     if args.json:
         args.json.write_text(json.dumps([{**asdict(c), "errors": c.errors, "crossover_ok": c.crossover_ok}
