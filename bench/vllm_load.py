@@ -1,11 +1,12 @@
 """Speculation under load on vLLM's CPU build: gain over plain decoding against concurrency.
 
-    $ python -m bench.vllm_load --strategy ngram --out runs/vllm-load/ngram \\
+    $ python -m bench.vllm_load --strategies ngram,vanilla --out runs/vllm-load \\
           --concurrency 1,2,4,8,16 --prompts 32 --max-new-tokens 64 --temperatures 0,1
 
-Serves the zoo target twice on loopback -- once with the configuration specpick emits for vLLM
-(``picker.recommend.engine_configs``: ``ngram`` or the zoo draft model as ``draft_model``, a chain of
-``--n``), once without speculation -- and runs ``specpick profile --backend vllm --plain-url`` on them
+Serves the zoo target on loopback without speculation and once per strategy with the configuration
+specpick emits for vLLM (``picker.recommend.engine_configs``: ``ngram``, the zoo draft model as
+``draft_model``; a chain of ``--n``), and runs ``specpick profile --backend vllm --plain-url`` on each
+speculative server in turn against the plain one
 (a subprocess: the command is printed and is the measurement). Every level measures the same
 ``--prompts`` built-in prompts in waves of C requests, speculative and plain interleaved wave by
 wave, EOS ignored so every request is exactly ``--max-new-tokens``; fixed sample (no early stop).
@@ -29,7 +30,7 @@ from bench.regret.vllm import emitted, serving
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--strategy", choices=["ngram", "vanilla"], required=True, help="vanilla: vLLM's draft_model")
+    ap.add_argument("--strategies", default="ngram,vanilla", help="of ngram, vanilla (vLLM's draft_model)")
     ap.add_argument("--n", type=int, default=4, help="num_speculative_tokens")
     ap.add_argument("--zoo", default="ci")
     ap.add_argument("--task", default="code")
@@ -45,20 +46,22 @@ def main() -> None:
     from picker.zoo import build_zoo
 
     zoo = build_zoo(args.zoo, progress=False)
-    spec = emitted(GridKey(args.strategy, args.n), str(zoo.draft))
+    chosen = [x.strip() for x in args.strategies.split(",")]
+    specs = {name: emitted(GridKey(name, args.n), str(zoo.draft)) for name in chosen}
     args.out.mkdir(parents=True, exist_ok=True)
-    print("speculative config:", json.dumps(spec), flush=True)
-    with serving(args.python, zoo.target, {args.strategy: spec}, args.out / "servers") as servers:
-        cmd = [sys.executable, "-m", "picker.cli.main", "profile", "--backend", "vllm",
-               "--url", servers[args.strategy].url, "--plain-url", servers["plain"].url,
-               "--strategies", args.strategy, "--tasks", args.task, "--temperatures", args.temperatures,
-               "--limit-per-task", str(args.prompts), "--max-new-tokens", str(args.max_new_tokens), "--ignore-eos",
-               "--concurrency", args.concurrency, "--no-early-stop", "--timeout", "600",
-               "--out", str(args.out / "profile")]
-        print("$", " ".join(cmd), flush=True)
-        subprocess.run(cmd, check=True)
-    summary = json.loads((args.out / "profile" / "summary.json").read_text())
-    print_levels(summary)
+    with serving(args.python, zoo.target, specs, args.out / "servers") as servers:
+        for name in chosen:  # one strategy at a time: nothing else runs on the machine meanwhile
+            print(f"{name}: speculative config {json.dumps(specs[name])}", flush=True)
+            out = args.out / f"profile-{name}"
+            cmd = [sys.executable, "-m", "picker.cli.main", "profile", "--backend", "vllm",
+                   "--url", servers[name].url, "--plain-url", servers["plain"].url,
+                   "--strategies", name, "--tasks", args.task, "--temperatures", args.temperatures,
+                   "--limit-per-task", str(args.prompts), "--max-new-tokens", str(args.max_new_tokens),
+                   "--ignore-eos", "--concurrency", args.concurrency, "--no-early-stop", "--timeout", "600",
+                   "--out", str(out)]
+            print("$", " ".join(cmd), flush=True)
+            subprocess.run(cmd, check=True)
+            print_levels(json.loads((out / "summary.json").read_text()))
 
 
 def print_levels(summary: dict[str, Any]) -> None:
