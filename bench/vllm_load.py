@@ -53,7 +53,7 @@ def main() -> None:
         for name in chosen:  # one strategy at a time: nothing else runs on the machine meanwhile
             print(f"{name}: speculative config {json.dumps(specs[name])}", flush=True)
             out = args.out / f"profile-{name}"
-            cmd = [sys.executable, "-m", "picker.cli.main", "profile", "--backend", "vllm",
+            cmd = [str(Path(sys.executable).with_name("specpick")), "profile", "--backend", "vllm",
                    "--url", servers[name].url, "--plain-url", servers["plain"].url,
                    "--strategies", name, "--tasks", args.task, "--temperatures", args.temperatures,
                    "--limit-per-task", str(args.prompts), "--max-new-tokens", str(args.max_new_tokens),
