@@ -56,8 +56,8 @@ CONVENTIONS = {
     "samples": "independent units behind the interval: generations (waves for counter sources)",
     "load": "per task x strategy x draft shape x temperature measured at >= 2 concurrencies: "
             "[concurrency, gain] with gain = throughput_gain_vs_plain (speedup_vs_plain where waves were "
-            "not timed), and crossover = the concurrency where the gain reaches 1 (log-linear between "
-            "measured levels; null: above 1 at every level measured)",
+            "not timed), and crossover = the concurrency from which the gain stays <= 1 (its last fall "
+            "through 1, log-linear between measured levels; null: above 1 at the last level measured)",
 }
 
 
