@@ -285,3 +285,36 @@ def test_plain_url_baseline_reaches_the_summary(tmp_path: Path) -> None:
     assert [(b["task"], b["tokens"]) for b in summary["baselines"]] == [("math", 16)]
     (cell,) = summary["cells"]
     assert cell["speedup_vs_plain"] is not None and cell["v_vs_plain_forward"] is None
+
+
+def test_vllm_wave_span_is_its_requests_not_the_counter_reads(tmp_path: Path) -> None:
+    """Throughput is tokens over the wave's span; for vLLM that span runs from the first request sent
+    to the last answered. The ``/metrics`` reads around a speculative wave (one before, two or more
+    after) must stay outside it: a plain wave has none, so inside they would bill speculation alone
+    (on the zoo they took 0.08-0.14 s of a 0.2 s wave). Here a read takes 0.3 s, a completion 0.05 s."""
+    hold, read = 0.05, 0.3
+
+    def slow_metrics(metrics: str) -> Any:
+        def handle(method: str, path: str, body: bytes) -> tuple[int, bytes, str]:
+            if path == "/v1/models":
+                return as_json({"data": [{"id": "zoo"}]})
+            if path == "/metrics":
+                time.sleep(read)
+                return 200, metrics.encode(), "text/plain"
+            time.sleep(hold)
+            return as_json({"choices": [{"text": " x" * 8}], "usage": {"completion_tokens": 8}})
+        return Loopback(handle)
+
+    with slow_metrics(GOOD_METRICS) as spec, slow_metrics("") as plain:
+        result = profile(spec.url, tmp_path, "--strategies", "ngram", "--tasks", "math", "--limit-per-task", "4",
+                         "--temperatures", "0", "--no-early-stop", "--concurrency", "2", "--plain-url", plain.url,
+                         backend="vllm")
+    assert result.exit_code == 0, result.output
+    records = records_of(tmp_path)
+    assert len(records) == 4  # two waves of two, each on both servers
+    for r in records:
+        span = r.extra["t1"] - r.extra["wave_t0"]
+        assert hold <= span < hold + read / 2, (r.cell.strategy, span)
+    (cell,) = json.loads((tmp_path / "summary.json").read_text())["cells"]
+    # Both servers answer alike, so speculation's throughput is plain's up to timer noise.
+    assert 0.6 < cell["throughput_gain_vs_plain"] < 1.6

@@ -172,3 +172,23 @@ def test_reference_engine_profiles_and_sweeps_under_load(tmp_path: Path) -> None
                                  "--max-new-tokens", "12", "--no-curve", "--concurrency", "1,2", "--quiet"])
     assert result.exit_code == 0, result.output
     assert json.loads((sweep / "sweep.json").read_text())["batch"].startswith("measured at concurrency 1, 2")
+
+
+def test_crossover_is_the_last_fall_through_one() -> None:
+    """Measured on vLLM's CPU build (ngram, zoo ci, code, T=0): below 1 at C=1, above at 2-8, below
+    at 16. The crossover is where it falls for good (between 8 and 16), not its first level, and the
+    note names the low level before it; a curve that ends above 1 has none, low levels still named."""
+    from picker.profiler.load import crossover, load_curves
+
+    measured = [(1, 0.28), (2, 1.05), (4, 1.31), (8, 1.16), (16, 0.66)]
+    assert crossover(measured) == 9.99  # 8 * 2**(0.16 / 0.5), log-linear between 8 and 16
+    assert crossover([(1, 0.9), (4, 1.2)]) is None
+    assert crossover([(1, 1.2), (2, 0.9), (4, 1.1), (8, 0.95)]) == crossover([(4, 1.1), (8, 0.95)])
+    cells = [{"task": "code", "temperature": 0.0, "strategy": "ngram", "num_draft_tokens": 4, "tree": None,
+              "concurrency": c, "throughput_gain_vs_plain": g} for c, g in measured]
+    (curve,) = load_curves(cells)
+    assert curve["crossover"] == 9.99
+    assert curve["crossover_note"] == "gain <= 1 from concurrency 9.99; also <= 1 at concurrency 1"
+    (rising,) = load_curves([{**cells[0], "concurrency": c, "throughput_gain_vs_plain": g}
+                             for c, g in ((1, 0.9), (4, 1.2))])
+    assert rising["crossover"] is None and rising["crossover_note"] == "none up to 4; also <= 1 at concurrency 1"

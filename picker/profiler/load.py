@@ -2,13 +2,16 @@
 
 A profile run with several ``--concurrency`` levels measures every cell at each level against plain
 decoding at the same level. This module reads those cells back as one curve per (task, strategy,
-draft shape, temperature) and finds the crossover, the concurrency at which the gain falls to 1
-(interpolated linearly in log C between the two measured levels around it, never extrapolated).
+draft shape, temperature) and finds the crossover, the concurrency from which the gain stays at or
+below 1 (interpolated linearly in log C between the two measured levels around its last fall
+through 1, never extrapolated).
 
     >>> crossover([(1, 1.6), (4, 1.2), (16, 0.8)])
     8.0
     >>> crossover([(1, 1.6), (16, 1.1)]) is None, crossover([(1, 0.9), (4, 0.7)])
     (True, 1.0)
+    >>> crossover([(1, 0.28), (2, 1.05), (8, 1.16), (16, 0.66)])   # rises above 1, then falls
+    9.99
 """
 
 from __future__ import annotations
@@ -27,20 +30,30 @@ def _gain(cell: Mapping[str, Any]) -> float | None:
 
 
 def crossover(points: Sequence[tuple[int, float]]) -> float | None:
-    """The concurrency at which the gain first reaches 1 from above; ``points`` sorted by level.
+    """The concurrency from which the gain stays at or below 1; ``points`` sorted by level.
 
-    The lowest level when the gain is already at or below 1 there; None when it stays above 1 at
-    every measured level (the curve says nothing beyond its last point).
+    The last fall through 1: a curve below 1 at its first level that rises above it later (vLLM's
+    CPU build ran prompt lookup at 0.28x plain at C = 1, 1.05-1.31x at C = 2-8, 0.66x at C = 16)
+    crosses where it falls back, not at its first level. The lowest level when the gain is at or
+    below 1 everywhere; None when it ends above 1 (the curve says nothing beyond its last point).
     """
-    if not points:
+    if not points or points[-1][1] > 1.0:
         return None
-    if points[0][1] <= 1.0:
+    above = [i for i, (_, g) in enumerate(points) if g > 1.0]
+    if not above:
         return float(points[0][0])
-    for (c0, g0), (c1, g1) in zip(points, points[1:]):
-        if g1 <= 1.0 < g0:
-            w = (g0 - 1.0) / (g0 - g1)
-            return round(math.exp(math.log(c0) + w * (math.log(c1) - math.log(c0))), 2)
-    return None
+    (c0, g0), (c1, g1) = points[above[-1]], points[above[-1] + 1]
+    w = (g0 - 1.0) / (g0 - g1)
+    return round(math.exp(math.log(c0) + w * (math.log(c1) - math.log(c0))), 2)
+
+
+def _note(points: Sequence[tuple[int, float]], x: float | None) -> str:
+    """The crossover in words, naming lower levels that were at or below 1 too."""
+    low = [c for c, g in points if g <= 1.0 and (x is None or c < x)]
+    also = f"; also <= 1 at concurrency {', '.join(map(str, low))}" if low else ""
+    if x is None:
+        return f"none up to {points[-1][0]}{also}"
+    return f"gain <= 1 from concurrency {x:g}{also}"
 
 
 def load_curves(cells: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -59,8 +72,7 @@ def load_curves(cells: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         x = crossover(pts)
         out.append({"task": task, "temperature": temp, "strategy": strategy, "num_draft_tokens": n, "tree": tree,
                     "gain": [[c, round(g, 4)] for c, g in pts], "crossover": x,
-                    "crossover_note": (f"gain <= 1 from concurrency {x:g}" if x is not None
-                                       else f"none up to {pts[-1][0]}")})
+                    "crossover_note": _note(pts, x)})
     return out
 
 

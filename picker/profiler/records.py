@@ -115,9 +115,10 @@ def stamp_wave(record: Record, wave: str, started: float) -> Record:
 
     Concurrent requests overlap, so per-request seconds do not add up to the time a wave took;
     throughput is tokens over the waves' spans (``picker.profiler.stats.wave_seconds``). A source
-    that knows better when its wave started (after a quiet gap) sets ``wave_t0`` itself.
+    that knows better when its requests started and ended (after a quiet gap, before reading
+    counters) sets ``wave_t0`` and ``t1`` itself, and those stand.
     """
-    extra = {"wave": wave, "wave_t0": started, **record.extra, "t1": time.time()}
+    extra = {"wave": wave, "wave_t0": started, "t1": time.time(), **record.extra}
     return replace(record, extra=extra)
 
 

@@ -58,8 +58,8 @@ CONVENTIONS = {
                      "or raw (text as it is, role tags between turns); null for records that do not say",
     "load": "per task x strategy x draft shape x temperature measured at >= 2 concurrencies: "
             "[concurrency, gain] with gain = throughput_gain_vs_plain (speedup_vs_plain where waves were "
-            "not timed), and crossover = the concurrency where the gain reaches 1 (log-linear between "
-            "measured levels; null: above 1 at every level measured)",
+            "not timed), and crossover = the concurrency from which the gain stays <= 1 (its last fall "
+            "through 1, log-linear between measured levels; null: above 1 at the last level measured)",
 }
 
 

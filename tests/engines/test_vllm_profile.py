@@ -1,28 +1,39 @@
 """``specpick profile --backend vllm --plain-url`` on real vLLM CPU servers of the zoo (marker ``engines``).
 
-Two servers of the zoo target on loopback -- one with prompt lookup (``ngram``, N = 4), one without
-speculation -- and the profiler against both: acceptance from the speculative server's ``/metrics``,
-plain decoding timed on the other, so each cell carries ``speedup_vs_plain``. From those cells the
-policy derives vLLM's own step cost for prompt lookup (``policies.cell_evidence.live_step_ratio``) and
-``recommend`` scores with it instead of the roofline.
+Three servers of the zoo ``ci`` target on loopback, started at once and shared by the module: one
+with prompt lookup (``ngram``, N = 4), one with the zoo's draft model (``draft_model``, N = 4, as
+specpick emits it), one without speculation. The profiler measures acceptance from a speculative
+server's ``/metrics`` and times plain decoding on the other, so each cell carries
+``speedup_vs_plain``; from those cells the policy derives vLLM's own step cost for prompt lookup
+(``policies.cell_evidence.live_step_ratio``) and ``recommend`` scores with it instead of the
+roofline. Under load (``--concurrency 1,2``) each level is its own group of cells against plain at
+that level, and its counters are checked against the server's, wave by wave.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
-from bench.regret.vllm import serving
+from bench.regret.data import GridKey
+from bench.regret.vllm import Server, emitted
 from picker.cli.main import app
 from picker.engine.plugins import load_strategies
 from picker.inputs.measurements import load_measurements
 from picker.inputs.workload import load_profile
 from picker.profiler.run import records_of
+from picker.profiler.vllm import WARMUP_PROMPT
 from picker.recommend.scoring import Scorer
+from picker.tasks import builtin_prompts, render_turn
 from policies.cell_evidence import live_step_points
 from tests.engines.support import ROOT, engine_python
 
@@ -37,14 +48,32 @@ def zoo() -> Any:
     return build_zoo("ci", progress=False)
 
 
-def test_profile_times_plain_on_a_second_server_and_recommend_uses_vllms_step_cost(zoo: Any, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def servers(zoo: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Server]]:
+    """Plain, ngram and draft-model servers, all launched before any is waited on (each spends most
+    of its ~1 min start importing); all killed after the module."""
+    work = tmp_path_factory.mktemp("vllm-servers")
+    specs = {"plain": None, "ngram": NGRAM, "vanilla": emitted(GridKey("vanilla", 4), str(zoo.draft))}
+    started: dict[str, Server] = {}
+    try:
+        for label, spec in specs.items():
+            started[label] = Server(engine_python("vllm"), zoo.target, spec, work / label)
+        for label, server in started.items():
+            print(f"{label}: up after {server.wait_up():.0f} s", flush=True)
+        yield started
+    finally:
+        for server in started.values():
+            server.stop()
+
+
+def test_profile_times_plain_on_a_second_server_and_recommend_uses_vllms_step_cost(
+        servers: dict[str, Server], tmp_path: Path) -> None:
     out = tmp_path / "run"
-    with serving(engine_python("vllm"), zoo.target, {"ngram": NGRAM}, tmp_path / "servers") as servers:
-        result = CliRunner().invoke(app, [
-            "profile", "--backend", "vllm", "--url", servers["ngram"].url, "--plain-url", servers["plain"].url,
-            "--strategies", "ngram", "--tasks", "code,structured", "--temperatures", "0", "--limit-per-task", "4",
-            "--max-new-tokens", "32", "--ignore-eos", "--concurrency", "1", "--no-early-stop", "--quiet", "--no-plot",
-            "--out", str(out)])
+    result = CliRunner().invoke(app, [
+        "profile", "--backend", "vllm", "--url", servers["ngram"].url, "--plain-url", servers["plain"].url,
+        "--strategies", "ngram", "--tasks", "code,structured", "--temperatures", "0", "--limit-per-task", "4",
+        "--max-new-tokens", "32", "--ignore-eos", "--concurrency", "1", "--no-early-stop", "--quiet", "--no-plot",
+        "--out", str(out)])
     assert result.exit_code == 0, result.output
     summary = json.loads((out / "summary.json").read_text())
     assert summary["run"]["source"]["plain_url"] == servers["plain"].url
@@ -78,3 +107,134 @@ def test_profile_times_plain_on_a_second_server_and_recommend_uses_vllms_step_co
     assert ev.cost.step_points == live_step_points(summary["cells"])
     print("vLLM ngram step ratio at N = 4:", ratio)
     assert n == 4 and ratio > 0.5
+
+
+# ---- under load -----------------------------------------------------------------------------------
+
+LOAD_PROMPTS, LOAD_TOKENS, LOAD_LEVELS = 4, 32, (1, 2)
+SPEC = "vllm:spec_decode_num_"
+
+
+def _spec_counters(base: str) -> dict[str, float]:
+    """The server's ``vllm:spec_decode_num_*_total`` counters, read here with a parser of our own
+    (not the profiler's): summed over labels, the per-position one kept per ``position``."""
+    with urllib.request.urlopen(f"{base}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        name = line.split("{")[0].split(" ")[0]
+        if not (name.startswith(SPEC) and name.endswith("_total")):  # not the _created stamps
+            continue
+        if "position=" in line:
+            name += "[" + line.split('position="')[1].split('"')[0] + "]"
+        out[name] = out.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def _settled(base: str) -> dict[str, float]:
+    """Counters once two reads 0.2 s apart agree (the engine counts a step just after replying)."""
+    prev = _spec_counters(base)
+    for _ in range(50):
+        time.sleep(0.2)
+        cur = _spec_counters(base)
+        if cur == prev:
+            return cur
+        prev = cur
+    return prev
+
+
+def _delta(base: str, *bodies: dict[str, Any]) -> dict[str, int]:
+    """What the server counted for ``bodies``, sent at once (nothing else runs on it meanwhile)."""
+    before = _settled(base)
+    threads = [threading.Thread(target=_complete, args=(base, b)) for b in bodies]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    after = _settled(base)
+    return {k: round(after[k] - before.get(k, 0.0)) for k in after}
+
+
+def _complete(base: str, body: dict[str, Any]) -> None:
+    req = urllib.request.Request(f"{base}/v1/completions", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=300) as resp:
+        assert json.loads(resp.read())["usage"]["completion_tokens"] == body["max_tokens"]
+
+
+def _sums(records: list[Any]) -> dict[str, int]:
+    """A record's counters named as the server names them."""
+    out = {f"{SPEC}drafts_total": sum(r.draft_steps or 0 for r in records),
+           f"{SPEC}draft_tokens_total": sum(r.drafted for r in records),
+           f"{SPEC}accepted_tokens_total": sum(r.accepted for r in records)}
+    for k in range(4):
+        out[f"{SPEC}accepted_tokens_per_pos_total[{k}]"] = sum(r.pos_accepted[k] for r in records)
+    return out
+
+
+@pytest.mark.parametrize("strategy", ["ngram", "vanilla"], ids=["ngram", "draft_model"])
+def test_profile_under_load_matches_the_servers_counters_wave_by_wave(
+        strategy: str, servers: dict[str, Server], zoo: Any, tmp_path: Path) -> None:
+    """``--concurrency 1,2``: one cell per (strategy, level) against plain at that level; every
+    wave's drafts and acceptances are what the server counted for exactly its prompts; waves never
+    overlap, and a wave of two keeps both requests in flight at once."""
+    spec, plain, model = servers[strategy].url, servers["plain"].url, str(zoo.target)
+
+    def body(text: str, tokens: int) -> dict[str, Any]:
+        return {"model": model, "prompt": text, "max_tokens": tokens, "temperature": 0.0, "seed": 0,
+                "ignore_eos": True}
+
+    # The profiler's untimed warm-up also reaches the counters: what it costs, measured alone.
+    warm = _delta(spec, body(WARMUP_PROMPT, 16))
+    before = _settled(spec)
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, [
+        "profile", "--backend", "vllm", "--url", spec, "--plain-url", plain, "--strategies", strategy,
+        "--tasks", "code", "--temperatures", "0", "--limit-per-task", str(LOAD_PROMPTS),
+        "--max-new-tokens", str(LOAD_TOKENS), "--ignore-eos", "--concurrency", ",".join(map(str, LOAD_LEVELS)),
+        "--no-early-stop", "--no-plot", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    total = {k: round(v - before.get(k, 0.0)) for k, v in _settled(spec).items()}
+    records = records_of(out)
+    ours = [r for r in records if not r.cell.is_plain]
+    assert len(ours) == sum(LOAD_PROMPTS // c for c in LOAD_LEVELS)  # one record per wave
+    # Whole run: the waves' counters plus the warm-up are all the server counted.
+    assert {k: v + warm.get(k, 0) for k, v in _sums(ours).items()} == total, (total, warm)
+    assert total[f"{SPEC}drafts_total"] > 0 and total[f"{SPEC}accepted_tokens_total"] > 0
+    # Wave by wave: each prompt again, alone, counted by the server. At T = 0 a sequence's drafts and
+    # acceptances do not depend on what it shared a batch with, so a wave's counters are the sum of
+    # its prompts' -- at concurrency 2 too, where a count landing in the wrong wave would show.
+    prompts = {p.id: p for p in builtin_prompts(["code"], LOAD_PROMPTS, 0)}
+    alone = {pid: _delta(spec, body(render_turn(p, 0, []), LOAD_TOKENS)) for pid, p in prompts.items()}
+    for r in ours:
+        expect = {k: sum(alone[pid][k] for pid in r.prompt_ids) for k in _sums([r])}
+        print(strategy, r.cell.concurrency, r.prompt_ids, _sums([r]))
+        assert _sums([r]) == expect, (r.prompt_ids, r.cell.concurrency, expect)
+    # Waves: C prompts each, forced length, spans in order and disjoint across levels and servers.
+    waves = sorted(records, key=lambda r: r.extra["wave_t0"])
+    for r in waves:
+        assert len(r.prompt_ids) == r.cell.concurrency and r.tokens == LOAD_TOKENS * r.cell.concurrency
+        assert r.extra["t1"] > r.extra["wave_t0"]
+    for a, b in itertools.pairwise(waves):
+        assert a.extra["t1"] <= b.extra["wave_t0"], (a.cell.id, b.cell.id)
+    assert [r.cell.concurrency for r in waves] == sorted(r.cell.concurrency for r in waves)  # level by level
+    for r in waves:
+        if r.cell.concurrency > 1:  # in flight together: the wave took less than its requests' sum
+            assert r.extra["t1"] - r.extra["wave_t0"] < r.wall_s, r.cell.id
+    summary = json.loads((out / "summary.json").read_text())
+    cells = {c["concurrency"]: c for c in summary["cells"]}
+    bases = {b["concurrency"]: b for b in summary["baselines"]}
+    assert len(summary["cells"]) == len(LOAD_LEVELS) and set(cells) == set(bases) == set(LOAD_LEVELS)
+    for c, cell in cells.items():
+        assert cell["strategy"] == strategy and cell["num_draft_tokens"] == 4 and cell["tau"] > 1.0
+        assert cell["throughput_tokens_per_second"] > 0 and bases[c]["throughput_tokens_per_second"] > 0
+        assert cell["speedup_vs_plain"] > 0 and cell["throughput_gain_vs_plain"] > 0
+        ratio = cell["throughput_tokens_per_second"] / bases[c]["throughput_tokens_per_second"]
+        assert cell["throughput_gain_vs_plain"] == pytest.approx(ratio, rel=1e-3)
+        print(strategy, f"C={c}", "tok/s", cell["throughput_tokens_per_second"], "plain",
+              bases[c]["throughput_tokens_per_second"], "gain", cell["throughput_gain_vs_plain"])
+    (curve,) = summary["load"]
+    assert curve["strategy"] == strategy
+    assert curve["gain"] == [[c, cells[c]["throughput_gain_vs_plain"]] for c in LOAD_LEVELS]
+    assert curve["crossover_note"]
+    assert "against concurrency" in result.output and curve["crossover_note"] in result.output  # the printed table
