@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 from picker.profiler.run import records_of
+from picker.profiler.vllm import GAP_S
 from tests.test_endpoints import _closed_port, _one_error_line, profile
 from tests.test_profiler_sglang_double import Loopback, as_json
 
@@ -259,6 +260,9 @@ def test_plain_url_times_the_baseline_on_a_server_without_speculation(tmp_path: 
     assert (report["num_draft_tokens"], report["num_accepted_tokens"]) == (cell["draft_tokens"],
                                                                            cell["accepted_tokens"])
     assert report["num_draft_tokens"] == counters["draft_tokens"] - spec_log[0]["drafted"]
+    # Each wave's span starts after the quiet gap between the two servers, not before it.
+    for r in records:
+        assert r.extra["t1"] - r.extra["wave_t0"] < GAP_S, (r.cell.id, r.extra)
 
 
 def test_plain_url_must_not_speculate(tmp_path: Path) -> None:

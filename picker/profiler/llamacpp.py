@@ -44,6 +44,7 @@ from __future__ import annotations
 import time
 import zlib
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 from picker.errors import UserError
@@ -207,7 +208,11 @@ class LlamaCppSource:
         if self.metrics and self._baseline is None:
             self._baseline = self._scrape()
         time.sleep(self.gap_s)
-        return bounded(prompts, lambda p: self._one(cell, p, params), cell.concurrency)
+        # The wave starts after the quiet gap: the runner's own stamp (taken before this call) would
+        # put the gap inside every wave's span on both servers and pull throughput gains toward 1.
+        t0 = time.time()
+        for record in bounded(prompts, lambda p: self._one(cell, p, params), cell.concurrency):
+            yield replace(record, extra={**record.extra, "wave_t0": t0})
 
     def _one(self, cell: CellKey, prompt: Prompt, params: GenParams) -> Record:
         plain = cell.is_plain
