@@ -129,6 +129,7 @@ def main() -> int:
     ap.add_argument("--temperatures", default="0,0.7")
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--server-arg", action="append", default=[])
+    ap.add_argument("--from-rounds", type=Path, default=None, help="summarize this rounds.jsonl instead of measuring")
     a = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
@@ -145,18 +146,22 @@ def main() -> int:
     logs.mkdir(exist_ok=True)
     temps = [float(t) for t in a.temperatures.split(",")]
     log = a.out.with_suffix(".rounds.jsonl")
-    log.unlink(missing_ok=True)
+    if a.from_rounds is None:
+        log.unlink(missing_ok=True)
     rounds: list[dict[str, Any]] = []
+    if a.from_rounds is not None:  # summarize a run cut short (its rounds file), start no server
+        rounds = [json.loads(line) for line in a.from_rounds.read_text(encoding="utf-8").splitlines() if line]
+        configs = [c for c in configs if all(c in r["waves"] for r in rounds)]
     with ExitStack() as stack:
         urls: dict[str, str] = {}
-        for cfg in configs:
+        for cfg in configs if a.from_rounds is None else []:
             args = [] if cfg == "plain" else ["-md", str(draft)] if cfg == "md-only" else server_args(cfg, draft)[2]
             urls[cfg] = stack.enter_context(llama_server(a.server, target, [*args, *a.server_arg],
                                                          logs / f"{cfg.replace(':', '-N')}.log", a.threads, a.slots))
         speculates = {cfg: any(s["speculative"] for s in _get(f"{u}/slots")) for cfg, u in urls.items()}
         for u in urls.values():  # the first completion of a fresh server pays its allocations: untimed
             _post(f"{u}/completion", {"prompt": "def f(x):", "n_predict": 8, "temperature": 0.0})
-        prompts = builtin_prompts(tasks, a.per_task * a.slots)
+        prompts = builtin_prompts(tasks, a.per_task * a.slots) if a.from_rounds is None else []
         k = 0
         for task in tasks:
             mine = [p for p in prompts if p.task == task]
