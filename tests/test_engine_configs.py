@@ -170,6 +170,12 @@ def test_llama_cpp_flags_of_the_pinned_build() -> None:
     ngram = _cfgs("ngram", n=6, draft=None)["llama_cpp"]["args"]
     # ngram-simple drafts --spec-ngram-simple-size-m tokens and ignores --spec-draft-n-max.
     assert ngram[ngram.index("--spec-ngram-simple-size-m") + 1] == "6"
+    # ngram-simple proposes nothing when size_m < size_n (common/ngram-map.cpp): short chains look up
+    # no more tokens than they draft.
+    for n in (1, 2, 3, 8):
+        args = _cfgs("ngram", n=n, draft=None)["llama_cpp"]["args"]
+        size_n = int(args[args.index("--spec-ngram-simple-size-n") + 1])
+        assert 1 <= size_n <= int(args[args.index("--spec-ngram-simple-size-m") + 1]) == n
 
 
 def test_schedule_deeper_than_the_deployed_depth_is_refused() -> None:

@@ -292,7 +292,10 @@ def _llama_cpp(name: str, n: int, draft_path: str | None, schedule: list[Schedul
         args = ["-md", draft_path or "DRAFT.gguf", "--spec-type", name, "--spec-draft-n-max", str(n)]
     elif name == "ngram-simple":
         # ngram-simple drafts size_m tokens (default 48) and ignores --spec-draft-n-max (speculative.cpp).
-        args = ["--spec-type", name, "--spec-ngram-simple-size-n", str(LLAMA_NGRAM_LOOKUP),
+        # It drafts nothing when size_m < size_n (common_ngram_simple_draft: copy_max < n_draft_min),
+        # so a chain shorter than the lookup looks up only as many tokens as it drafts (seen: N=2 with
+        # size_n=3 proposed 0 drafts in 658 steps on the real Qwen pair).
+        args = ["--spec-type", name, "--spec-ngram-simple-size-n", str(min(LLAMA_NGRAM_LOOKUP, n)),
                 "--spec-ngram-simple-size-m", str(n)]
     else:
         args = ["--spec-type", name, "--spec-draft-n-max", str(n)]

@@ -1,0 +1,203 @@
+"""Regret on llama.cpp: the policy's choice vs the best of the measured grid vs llama.cpp's own defaults.
+
+1. ``specpick recommend PROFILE --measurements CHEAP --format json`` (a cheap profile: e.g. one
+   draft length per drafter) gives the policy's choice (strategy, N).
+2. One ``llama-server`` per configuration, all up at once on the same target (llama.cpp mmaps the
+   GGUF files, so the servers share the weights' pages): plain; the grid (``vanilla:N`` = the draft
+   model as ``draft-simple``, ``ngram:N`` = ``ngram-simple``, flags from
+   ``picker.recommend.engine_configs``); llama.cpp's defaults; the choice where the grid lacks it.
+   llama.cpp's defaults (common/common.h, common/arg.cpp of this build): ``-md DRAFT`` alone sets no
+   speculative type, so the server loads the draft and decodes plainly (``/slots`` says
+   ``speculative: false``; checked at start); ``-md DRAFT --spec-type draft-simple`` with no draft
+   flags drafts ``n_max = 3`` tokens with ``p_min = 0``: that is the ``default`` configuration.
+3. Rounds: each built-in prompt of the tasks at each temperature is sent to every configuration,
+   in an order rotated per round, ``slots`` prompts at once; per configuration the engine's own
+   decode rate (``timings.predicted_per_second``, summed over the wave's requests at concurrency 1
+   that is the rate of the one request) and the wave's throughput (tokens / wall seconds).
+   A configuration's speedup is the median over rounds of its rate over plain's in the same round.
+
+Regret of a choice = best speedup in the grid / the choice's speedup - 1 (0: it picked the best).
+
+    $ flock /work/locks/heavy.lock python scripts/real_llamacpp_regret.py \\
+          --profile profiles/code-assistant-qwen-llamacpp.yaml --measurements cheap/summary.json \\
+          --out /work/logs/real-alpha/regret-np1.json --server-arg=--no-repack
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from picker.models import Layout, default_cache, find_pair
+from picker.profiler.llamacpp import request_seed
+from picker.tasks import builtin_prompts, render_turn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from real_llamacpp_grid import DEFAULT_SERVER, llama_server, server_args
+
+GRID = "vanilla:1,vanilla:2,vanilla:4,vanilla:8,ngram:1,ngram:2,ngram:4,ngram:8"
+
+
+def _get(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=30) as resp:
+        return json.loads(resp.read())
+
+
+def _post(url: str, body: dict[str, Any]) -> dict[str, Any]:
+    req = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=600) as resp:
+        return json.loads(resp.read())
+
+
+def policy_choice(profile: Path, measurements: Path | None) -> tuple[str, dict[str, Any]]:
+    cmd = [sys.executable, "-c", "from picker.cli.main import app; app()", "recommend", str(profile), "--format", "json"]
+    if measurements is not None:
+        cmd += ["--measurements", str(measurements)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"recommend exited {proc.returncode}: {proc.stderr.strip()[-500:]}")
+    rec = json.loads(proc.stdout)
+    d = rec["decision"]
+    config = "plain" if d["strategy"] == "none" else f"{d['strategy']}:{d['num_speculative_tokens']}"
+    return config, {"command": shlex.join(cmd[3:]), "decision": {k: d[k] for k in ("strategy", "num_speculative_tokens")},
+                    "predicted_speedup": rec["predicted_speedup"], "evidence": rec["evidence"]["source"],
+                    "per_task": [{k: r.get(k) for k in ("task", "strategy", "alpha", "predicted_speedup")}
+                                 for r in rec["per_task"]]}
+
+
+def wave(url: str, prompts: list[Any], temperature: float, tokens: int) -> dict[str, float]:
+    """``prompts`` sent at once to one server: tokens, engine decode rate, wall throughput, drafts."""
+    def one(p: Any) -> dict[str, Any]:
+        body = {"prompt": render_turn(p, 0, []), "n_predict": tokens, "temperature": temperature, "top_k": 0,
+                "top_p": 1.0, "min_p": 0.0, "seed": request_seed(0, p.id, 0), "ignore_eos": True}
+        return _post(f"{url}/completion", body)
+    start = time.perf_counter()
+    with ThreadPoolExecutor(len(prompts)) as pool:
+        out = list(pool.map(one, prompts))
+    wall = time.perf_counter() - start
+    t = [r["timings"] for r in out]
+    return {"tokens": sum(r["tokens_predicted"] for r in out), "wall_s": wall,
+            "engine_tps": sum(x["predicted_per_second"] for x in t),
+            "throughput": sum(r["tokens_predicted"] for r in out) / wall,
+            "drafted": sum(x.get("draft_n", 0) for x in t), "accepted": sum(x.get("draft_n_accepted", 0) for x in t)}
+
+
+def summarize(rounds: list[dict[str, Any]], configs: list[str], mix: dict[str, float]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for cfg in configs:
+        ratios = [r["waves"][cfg]["engine_tps"] / r["waves"]["plain"]["engine_tps"] for r in rounds]
+        tput = [r["waves"][cfg]["throughput"] / r["waves"]["plain"]["throughput"] for r in rounds]
+        by_task: dict[str, list[float]] = {}
+        for r, x in zip(rounds, ratios):
+            by_task.setdefault(r["task"], []).append(x)
+        weighted = {t: statistics.median(v) for t, v in by_task.items() if mix.get(t)}
+        total = sum(mix[t] for t in weighted)
+        drafted = sum(r["waves"][cfg]["drafted"] for r in rounds)
+        out[cfg] = {"speedup_median": round(statistics.median(ratios), 4),
+                    "speedup_mix": round(sum(mix[t] * v for t, v in weighted.items()) / total, 4) if total else None,
+                    "throughput_gain_median": round(statistics.median(tput), 4),
+                    "engine_tps_median": round(statistics.median(r["waves"][cfg]["engine_tps"] for r in rounds), 3),
+                    "by_task": {t: round(statistics.median(v), 4) for t, v in by_task.items()},
+                    "alpha": round(sum(r["waves"][cfg]["accepted"] for r in rounds) / drafted, 4) if drafted else None}
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--profile", type=Path, required=True)
+    ap.add_argument("--measurements", type=Path, default=None, help="the cheap profile's summary.json")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--grid", default=GRID)
+    ap.add_argument("--server", type=Path, default=DEFAULT_SERVER)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--slots", type=int, default=1, help="-np and requests in flight per wave")
+    ap.add_argument("--tasks", default="", help="comma list (default: the profile's task mix)")
+    ap.add_argument("--per-task", type=int, default=1, help="prompts per task (x slots at concurrency > 1)")
+    ap.add_argument("--temperatures", default="0,0.7")
+    ap.add_argument("--max-new-tokens", type=int, default=48)
+    ap.add_argument("--server-arg", action="append", default=[])
+    ap.add_argument("--from-rounds", type=Path, default=None, help="summarize this rounds.jsonl instead of measuring")
+    a = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+    profile = yaml.safe_load(a.profile.read_text(encoding="utf-8"))
+    mix = {t: float(w) for t, w in profile["traffic"]["task_mix"].items()}
+    tasks = a.tasks.split(",") if a.tasks else [t for t in mix if mix[t] > 0]
+    choice, rec = policy_choice(a.profile, a.measurements)
+    grid = a.grid.split(",")
+    configs = ["plain", *grid, "default", "md-only"] + ([choice] if choice not in [*grid, "plain"] else [])
+    pair = find_pair("qwen2.5-coder")
+    target, draft = (Layout(m, default_cache()).gguf for m in (pair.target, pair.draft))
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    logs = a.out.with_suffix("")
+    logs.mkdir(exist_ok=True)
+    temps = [float(t) for t in a.temperatures.split(",")]
+    log = a.out.with_suffix(".rounds.jsonl")
+    if a.from_rounds is None:
+        log.unlink(missing_ok=True)
+    rounds: list[dict[str, Any]] = []
+    if a.from_rounds is not None:  # summarize a run cut short (its rounds file), start no server
+        rounds = [json.loads(line) for line in a.from_rounds.read_text(encoding="utf-8").splitlines() if line]
+        configs = [c for c in configs if all(c in r["waves"] for r in rounds)]
+    with ExitStack() as stack:
+        urls: dict[str, str] = {}
+        for cfg in configs if a.from_rounds is None else []:
+            args = [] if cfg == "plain" else ["-md", str(draft)] if cfg == "md-only" else server_args(cfg, draft)[2]
+            urls[cfg] = stack.enter_context(llama_server(a.server, target, [*args, *a.server_arg],
+                                                         logs / f"{cfg.replace(':', '-N')}.log", a.threads, a.slots))
+        speculates = {cfg: any(s["speculative"] for s in _get(f"{u}/slots")) for cfg, u in urls.items()}
+        for u in urls.values():  # the first completion of a fresh server pays its allocations: untimed
+            _post(f"{u}/completion", {"prompt": "def f(x):", "n_predict": 8, "temperature": 0.0})
+        prompts = builtin_prompts(tasks, a.per_task * a.slots) if a.from_rounds is None else []
+        k = 0
+        for task in tasks:
+            mine = [p for p in prompts if p.task == task]
+            for i in range(0, len(mine), a.slots):
+                for temp in temps:
+                    order = configs[k % len(configs):] + configs[:k % len(configs)]
+                    k += 1
+                    waves = {cfg: wave(urls[cfg], mine[i:i + a.slots], temp, a.max_new_tokens) for cfg in order}
+                    rounds.append({"task": task, "temperature": temp, "prompts": [p.id for p in mine[i:i + a.slots]],
+                                   "order": order, "waves": waves})
+                    with log.open("a", encoding="utf-8") as sink:  # kept if the run is cut short
+                        sink.write(json.dumps(rounds[-1]) + "\n")
+                    print(task, temp, {c: round(w["engine_tps"], 2) for c, w in waves.items()}, flush=True)
+    summary = summarize(rounds, configs, mix)
+    spec_grid = {c: summary[c]["speedup_mix"] for c in grid}
+    best = max(spec_grid, key=lambda c: spec_grid[c])
+    best_of_all = max(["plain", *grid], key=lambda c: summary[c]["speedup_mix"])
+
+    def regret(cfg: str) -> float:
+        return round(summary[best_of_all]["speedup_mix"] / summary[cfg]["speedup_mix"] - 1.0, 4)
+
+    result = {"profile": str(a.profile), "measurements": str(a.measurements), "slots": a.slots, "tasks": tasks,
+              "temperatures": temps, "max_new_tokens": a.max_new_tokens, "recommend": rec, "choice": choice,
+              "speculates": speculates, "best_speculative_in_grid": best, "best_in_grid_or_plain": best_of_all,
+              "regret": {"choice": regret(choice), "default": regret("default"), "md-only": regret("md-only"),
+                         "plain": regret("plain")},
+              "summary": summary, "rounds": rounds, "command": shlex.join(sys.argv)}
+    a.out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    print(json.dumps({k: result[k] for k in ("choice", "best_speculative_in_grid", "best_in_grid_or_plain", "regret",
+                                             "speculates")}, indent=1))
+    for cfg in configs:
+        s = summary[cfg]
+        print(f"{cfg:12s} speedup(mix)={s['speedup_mix']} median={s['speedup_median']} "
+              f"tput={s['throughput_gain_median']} tps={s['engine_tps_median']} alpha={s['alpha']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
