@@ -93,15 +93,8 @@ def cost_from_cell(cell: Any, caps: Capabilities,
     draft_s = per_step * steps * plain
     unit = per_step / units if units else 0.0
     rate = draft_steps / steps
-    accepted, tokens, samples = _num(cell, "accepted_tokens"), _num(cell, "tokens"), _num(cell, "samples")
-    share = 1.0
-    if rate < 1.0 and accepted is not None:
-        # Output of drafting steps (each emits its accepted drafts + one) over the output of all
-        # steps, counted before the output limit cuts the last step: the emitted total (less one
-        # prefill token per generation) leaves out the cut tokens, which only drafting steps have,
-        # so it would overstate φ where a drafting step often crosses the limit.
-        drafting = draft_steps + accepted
-        share = min(1.0, drafting / (drafting + steps - draft_steps))
+    tokens, samples = _num(cell, "tokens"), _num(cell, "samples")
+    share = draft_share(cell)
     nodes = (drafted / draft_steps / n) if draft_steps else 1.0
     seconds = _num(cell, "seconds")
     fixed = out = 0.0
@@ -155,6 +148,23 @@ def sibling_rates(rates: Sequence[float | None], reached: Sequence[float], alpha
     return tuple(out)
 
 
+def draft_share(cell: Any) -> float:
+    """φ: the output of drafting steps (each emits its accepted drafts + one) over the output of all
+    steps, counted before the output limit cuts the last step: the emitted total (less one prefill
+    token per generation) leaves out the cut tokens, which only drafting steps have, so it would
+    overstate φ where a drafting step often crosses the limit. 1 when every step drafted.
+
+        >>> draft_share({"decode_steps": 100, "draft_steps": 20, "accepted_tokens": 30})
+        0.38461538461538464
+    """
+    steps, draft_steps = _num(cell, "decode_steps"), _num(cell, "draft_steps")
+    accepted = _num(cell, "accepted_tokens")
+    if not steps or draft_steps is None or accepted is None or draft_steps >= steps:
+        return 1.0
+    drafting = draft_steps + accepted
+    return min(1.0, drafting / (drafting + steps - draft_steps))
+
+
 def evidence_from_cell(cell: Any, caps: Capabilities, curve: Sequence[tuple[float, float]] | None = None,
                        citation: str = "", probe: Any = None) -> Evidence:
     """Measured evidence from one chain cell: α (accepted / examined positions), its interval,
@@ -168,7 +178,8 @@ def evidence_from_cell(cell: Any, caps: Capabilities, curve: Sequence[tuple[floa
     tau = _num(cell, "tau")
     sib = sibling_rates(_get(cell, "sibling_accept") or (), _get(cell, "sibling_reached") or (), alpha)
     return Evidence(alpha, min(lo, alpha), max(hi, alpha), "measured", pp,
-                    cost_from_cell(cell, caps, curve, probe), (citation,) if citation else (), tau, sib)
+                    cost_from_cell(cell, caps, curve, probe), (citation,) if citation else (), tau, sib,
+                    draft_share(cell))
 
 
 def live_step_ratio(cell: Any) -> tuple[float, float] | None:

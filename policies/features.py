@@ -79,6 +79,9 @@ class Evidence:
     # (picker.engine.siblings: greedy top-k siblings at T = 0, sampled ones at T > 0); empty: the textbook
     # model (α for every rank).
     siblings: tuple[float, ...] = ()
+    # φ measured with the acceptance (policies.cell_evidence.draft_share): a lookup that drafts only where
+    # it finds a match emits most of its output one token per step; 1: every step drafts (priors).
+    draft_share: float = 1.0
 
     def at(self, alpha: float) -> Evidence:
         """The same evidence with α moved to ``alpha`` (per-position rates scaled alike)."""
@@ -187,8 +190,12 @@ def draft_step_share(share: float, length: float) -> float:
 
 def expected_length(c: Candidate, alpha: float | None = None) -> float:
     """Tokens per step, bonus included: 1 / (φ / E[L] + 1 − φ) (φ = 1: every step drafts)."""
-    share = c.evidence.cost.draft_share if c.evidence.cost is not None else 1.0
-    return _mixed_length(drafted_length(c, alpha), share)
+    return _mixed_length(drafted_length(c, alpha), _share(c))
+
+
+def _share(c: Candidate) -> float:
+    """φ: the measured costs' where they exist, else the one measured with the acceptance."""
+    return c.evidence.cost.draft_share if c.evidence.cost is not None else c.evidence.draft_share
 
 
 def _mixed_length(drafted: float, share: float) -> float:
@@ -231,7 +238,13 @@ def step_ratio(c: Candidate) -> float:
     if cost is None or not cost.verify:
         if c.ctx is None:
             raise ValueError("a candidate needs measured costs or a roofline context (ctx)")
-        return config_cost(c.caps, c.config, c.ctx, c.batch).step_ratio
+        ratio = config_cost(c.caps, c.config, c.ctx, c.batch).step_ratio
+        share = _share(c)
+        if share >= 1.0:
+            return ratio
+        # Steps that find nothing to draft cost a plain step: the model's ratio holds for the rest.
+        f = draft_step_share(share, drafted_length(c))
+        return f * ratio + (1.0 - f)
     f = draft_step_share(cost.draft_share, drafted_length(c)) if cost.draft_share < 1.0 else 1.0
     m = 1.0 + cost.nodes_per_token * c.nodes
     b = float(c.batch)

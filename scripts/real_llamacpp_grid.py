@@ -189,10 +189,27 @@ def table(a: argparse.Namespace) -> int:
     return 0
 
 
+def _rebuilt(run: Path) -> dict[str, Any]:
+    """A run's summary rebuilt from its records with today's profiler code; records written before
+    the llama.cpp source counted drafting steps get them from their drafted tokens, as it now does."""
+    from dataclasses import replace
+
+    from picker.profiler.llamacpp import estimated_draft_steps
+    from picker.profiler.records import read_records
+    from picker.profiler.summary import build_summary
+
+    records, stops, _, _ = read_records(run / "records.jsonl")
+    records = [replace(r, draft_steps=estimated_draft_steps(r.steps, r.drafted, r.cell.num_draft_tokens))
+               if r.source == "llamacpp-timings" and r.draft_steps is None else r for r in records]
+    old = json.loads((run / "summary.json").read_text(encoding="utf-8"))
+    return build_summary(records, stops, old["run"])
+
+
 def merge(a: argparse.Namespace) -> int:
     """One summary.json from several runs of one server build and target (recommend reads one file):
     their cells and baselines side by side, ``run`` from the first, the runs named in ``merged_from``."""
-    runs = [json.loads((d / "summary.json").read_text(encoding="utf-8")) for d in a.runs]
+    runs = [_rebuilt(d) if a.rebuild else json.loads((d / "summary.json").read_text(encoding="utf-8"))
+            for d in a.runs]
     models = {r["run"]["provenance"]["model"]["name"] for r in runs}
     builds = {r["run"]["provenance"].get("engine_version") for r in runs}
     if len(models) != 1 or len(builds) != 1:
@@ -232,6 +249,7 @@ def main() -> int:
     m = sub.add_parser("merge", help="merge runs' summaries into one file for recommend")
     m.add_argument("runs", type=Path, nargs="+")
     m.add_argument("--into", type=Path, required=True)
+    m.add_argument("--rebuild", action="store_true", help="rebuild each run's summary from its records first")
     a = ap.parse_args()
     # SIGTERM (timeout, flock's holder killed) must still stop the servers: finally blocks run on SystemExit.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

@@ -149,6 +149,7 @@ from policies.features import (  # noqa: E402
     base_range,
     base_speedup,
     feature_matrix,
+    step_ratio,
 )
 from policies.roofline import ModelShape  # noqa: E402
 
@@ -213,6 +214,21 @@ def test_lookup_draft_share_carries_across_draft_lengths() -> None:
     cost = CostEvidence(0.0, draft_share=0.5, verify=((1.0, 1.0), (9.0, 1.0)))
     c = Candidate(lookup, depth=2, evidence=Evidence(1.0, 1.0, 1.0, "measured", cost=cost))
     assert base_speedup(c) == pytest.approx(1 / (0.5 / 3 + 0.5))   # half the text at 3 tokens a step
+
+
+def test_a_live_cell_without_step_timings_still_carries_its_draft_share() -> None:
+    """llama.cpp reports acceptance over the steps that drafted: with no cost evidence (no step
+    timings, or costs that do not transfer) φ still comes with α, and the roofline's step ratio is
+    charged only on the steps that draft."""
+    lookup = Capabilities(deterministic_draft=True, draft_cost="cpu_lookup")
+    cell = {"num_draft_tokens": 4, "alpha": 0.6, "decode_steps": 446, "draft_steps": 83, "draft_tokens": 329,
+            "accepted_tokens": 212}
+    ev = evidence_from_cell(cell, lookup)
+    assert ev.cost is None and ev.draft_share == pytest.approx((83 + 212) / (83 + 212 + 446 - 83))
+    every_step = Candidate(lookup, depth=4, evidence=replace(ev, draft_share=1.0), ctx=CTX)
+    matched_only = Candidate(lookup, depth=4, evidence=ev, ctx=CTX)
+    assert base_speedup(matched_only) < base_speedup(every_step)
+    assert 1.0 < step_ratio(matched_only) < step_ratio(every_step)
 
 
 def test_lookahead_keeps_its_measured_tokens_per_step_across_n() -> None:

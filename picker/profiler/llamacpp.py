@@ -109,6 +109,15 @@ def _per_position(metrics: Metrics) -> list[float]:
     return [by_pos[k] for k in sorted(by_pos)]
 
 
+def estimated_draft_steps(steps: int, drafted: int, num_draft_tokens: int) -> int:
+    """Steps that drafted, from llama.cpp's drafted-token count: ceil(drafted / N), at most ``steps``.
+
+        >>> estimated_draft_steps(446, 329, 4), estimated_draft_steps(10, 0, 4), estimated_draft_steps(5, 40, 4)
+        (83, 0, 5)
+    """
+    return min(steps, -(-drafted // max(num_draft_tokens, 1)))
+
+
 def request_seed(seed: int, prompt_id: str, turn: int) -> int:
     """A seed per (run seed, prompt, turn), reproducible: prompts do not share one random stream
     (as one seed for all would make them; ``--spec-synth-rates`` draws from it too), and every cell
@@ -235,9 +244,15 @@ class LlamaCppSource:
             for key, value in fields.items():
                 totals[key] += value
         turns = len(prompt.turns)
+        # llama.cpp reports drafted tokens, not drafting steps: a step drafts N tokens when it drafts
+        # (ngram-simple only where its lookup matches), so ceil(drafted / N) is the number of steps
+        # that drafted -- a lower bound where a draft ends short of N. Without it every step would
+        # count as drafting and a lookup's α (over its drafts) would stand for all the text.
+        draft_steps = None if plain else estimated_draft_steps(totals["steps"], totals["drafted"],
+                                                               cell.num_draft_tokens)
         return Record(
             cell=cell, prompt_ids=(prompt.id,), tokens=totals["tokens"], forwards=totals["steps"] + turns,
-            steps=totals["steps"], drafted=totals["drafted"], accepted=totals["accepted"],
+            steps=totals["steps"], draft_steps=draft_steps, drafted=totals["drafted"], accepted=totals["accepted"],
             wall_s=time.perf_counter() - start, source="llamacpp-plain-server" if plain else "llamacpp-timings",
             extra={"turns": turns, "prompt_format": self.renderer.format},
         )

@@ -149,7 +149,7 @@ class Scorer:
                                     probe=self._probe(plugin.name, cell))
             if ev.cost is None and self.measured_costs and (points := self._live_points(plugin.name, cell)):
                 # A live engine: no step timings, but tokens/s against plain at measured lengths.
-                ev = replace(ev, cost=CostEvidence(0.0, step_points=points))
+                ev = replace(ev, cost=CostEvidence(0.0, draft_share=ev.draft_share, step_points=points))
             if ev.cost is None or not self.measured_costs:
                 ev = replace(ev, cost=None)
             else:  # the fixed per-generation time (prefill) is spread over the workload's output length
