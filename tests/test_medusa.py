@@ -125,7 +125,7 @@ def test_batched_heads_propose_what_each_sequence_would_alone(toy: dict[str, Any
     reads = [{"last": hidden[0, :3]}, {"last": hidden[1, :5]}, None, {"last": hidden[2, :2]}]
     caps = (100, 3, 5, 7)
     for temperature in (0.0, 1.0):
-        def ctxs(seed: int) -> list[DraftContext]:
+        def ctxs(seed: int, temperature: float = temperature) -> list[DraftContext]:
             rng = np.random.default_rng(seed)  # one generator, drawn in item order, as the loop does
             return [DraftContext([0, 5, 6], 3, SamplingParams(temperature), rng, cap, h) for h, cap in zip(reads, caps)]
         together = drafter.propose_batch(list(zip(forks, ctxs(4))))
