@@ -14,8 +14,9 @@ calibration file's constants (``scripts/gpu_calibrate.py --device cpu --model TA
 timings of the target alone, no speculative run) and the shape it records. A draft model's shape
 is counted from ``--draft``'s config (its parameters, not a lookup).
 
-Printed: per curve the measured and predicted gains, the measured crossover (gain = 1, from the
-profile's load section) and the predicted one on the same grid; then the median |error| over
+Printed: per curve the measured and predicted gains, the measured crossover and the predicted one
+(``picker.profiler.load.crossover``, as the profile's load section states it: the concurrency from
+which the gain stays at or below 1); then the median |error| over
 predicted points and how many crossovers land within one grid step (issue 16's goal), and whether
 the model predicts a crossover where none was measured.
 """
@@ -32,6 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from picker.inputs.hardware import get_hardware
+from picker.inputs.workload import estimate_params, shape_from_hf_config
+from picker.profiler.load import crossover
 from policies.calibration import read_calibration
 from policies.loadcurve import EngineCurve, engine_curve, load_step_cost
 from policies.roofline import ModelShape
@@ -46,8 +49,8 @@ class CurveCheck:
     levels: tuple[int, ...]
     measured: tuple[float, ...]
     predicted: tuple[float, ...]
-    measured_crossover: int | None  # the first level at or below 1 after one above it (grid index)
-    predicted_crossover: int | None
+    measured_crossover: float | None  # picker.profiler.load.crossover: the concurrency from which gain stays <= 1
+    predicted_crossover: float | None
 
     @property
     def errors(self) -> list[float]:
@@ -55,36 +58,29 @@ class CurveCheck:
 
     @property
     def crossover_ok(self) -> bool:
-        """Within one grid step, or neither crosses."""
+        """Within one step of the doubling grid (a factor of 2), or neither crosses.
+
+        >>> CurveCheck("c", (1, 2, 4), (1.2, 1.1, 0.9), (1.2, 1.0, 0.8), 3.46, 2.0).crossover_ok
+        True
+        >>> CurveCheck("c", (1, 2, 4), (1.2, 1.1, 1.05), (1.2, 1.0, 0.8), None, 2.0).crossover_ok
+        False
+        """
         if self.measured_crossover is None or self.predicted_crossover is None:
             return self.measured_crossover == self.predicted_crossover
-        return abs(self.measured_crossover - self.predicted_crossover) <= GOAL_STEPS
-
-
-def grid_crossover(gains: Sequence[float]) -> int | None:
-    """Index of the first level whose gain is below 1 while the one before was at or above it.
-
-    >>> grid_crossover([1.4, 1.1, 0.9, 0.7]), grid_crossover([1.2, 1.1]), grid_crossover([0.8, 0.7])
-    (2, None, None)
-    """
-    for i in range(1, len(gains)):
-        if gains[i - 1] >= 1.0 > gains[i]:
-            return i
-    return None
+        return abs(math.log2(self.measured_crossover / self.predicted_crossover)) <= GOAL_STEPS
 
 
 def shape_of(folder: Path) -> ModelShape:
-    """A Hugging Face folder's roofline shape: parameters counted from its config (float32 weights)."""
-    cfg = json.loads((folder / "config.json").read_text())
-    h, layers, vocab = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["vocab_size"]
-    heads = cfg["num_attention_heads"]
-    kv = cfg.get("num_key_value_heads", heads)
-    head_dim = cfg.get("head_dim") or h // heads
-    inter = cfg["intermediate_size"]
-    per_layer = h * head_dim * (2 * heads + 2 * kv) + 3 * h * inter + 2 * h
-    embed = vocab * h * (1 if cfg.get("tie_word_embeddings") else 2)
-    return ModelShape(params=float(layers * per_layer + embed + h), num_layers=layers, hidden_size=h,
-                      num_kv_heads=kv, head_dim=head_dim, vocab_size=vocab, bytes_per_param=4.0,
+    """A Hugging Face folder's roofline shape: the profile's config reader and parameter estimate
+    (``picker.inputs.workload``), float32 weights as the zoo stores them."""
+    path = folder / "config.json"
+    v = shape_from_hf_config(json.loads(path.read_text()), source=str(path))
+    heads = v["num_attention_heads"]
+    kv, head_dim = v.get("num_kv_heads", heads), v.get("head_dim") or v["hidden_size"] // heads
+    params = estimate_params(v["num_layers"], v["hidden_size"], heads, kv, head_dim, v["vocab_size"],
+                             v["intermediate_size"], tied=v.get("tie_word_embeddings", False))
+    return ModelShape(params=float(params), num_layers=v["num_layers"], hidden_size=v["hidden_size"],
+                      num_kv_heads=kv, head_dim=head_dim, vocab_size=v["vocab_size"], bytes_per_param=4.0,
                       kv_bytes_per_elem=4.0, name=folder.name)
 
 
@@ -132,7 +128,8 @@ def predict(entry: dict[str, Any], target: ModelShape, draft: ModelShape | None,
     length = measured[0] / ratio(levels[0])  # E[L] fixed at the smallest level
     predicted = tuple(length * ratio(c) for c in levels)
     key = f"{entry['task']} T={entry['temperature']:g} {entry['strategy']} N={n}" + (f" tree={tree}" if tree else "")
-    return CurveCheck(key, levels, measured, predicted, grid_crossover(measured), grid_crossover(predicted))
+    return CurveCheck(key, levels, measured, predicted, crossover(list(zip(levels, measured))),
+                      crossover(list(zip(levels, predicted))))
 
 
 def _tree_depth(tree: Any) -> int | None:
@@ -180,8 +177,8 @@ def _print(checks: Sequence[CurveCheck]) -> None:
     print("|---|" + "---|" * len(levels) + "---|")
     for c in checks:
         cells = " | ".join(f"{m:.2f} / {p:.2f}" for m, p in zip(c.measured, c.predicted))
-        mx = "none" if c.measured_crossover is None else f"C={c.levels[c.measured_crossover]}"
-        px = "none" if c.predicted_crossover is None else f"C={c.levels[c.predicted_crossover]}"
+        mx = "none" if c.measured_crossover is None else f"C={c.measured_crossover:g}"
+        px = "none" if c.predicted_crossover is None else f"C={c.predicted_crossover:g}"
         print(f"| {c.key} | {cells} | {mx} / {px} |")
     errors = [abs(e) for c in checks for e in c.errors]
     crossing = [c for c in checks if c.measured_crossover is not None]
