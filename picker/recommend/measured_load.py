@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 
@@ -48,10 +49,6 @@ class MeasuredStepCost(StepCost):
 
     levels: tuple[int, ...] = ()  # the concurrency levels measured for this configuration
     source: str = ""  # the measurements file
-
-    @property
-    def span(self) -> str:
-        return f"{self.levels[0]}-{self.levels[-1]}"
 
 
 def with_ratio(cost: StepCost, ratio: float, **extra: object) -> StepCost:
@@ -118,9 +115,4 @@ def interpolate(points: Sequence[tuple[int, float]], batch: int) -> float | None
 def pooled(per_level: Mapping[int, list[float]]) -> tuple[tuple[int, float], ...]:
     """One step ratio per level: the median over the (task, temperature) groups measured there
     (the step cost does not depend on the text; each group's own α already left it)."""
-    out = []
-    for level, rs in sorted(per_level.items()):
-        rs = sorted(rs)
-        mid = len(rs) // 2
-        out.append((level, rs[mid] if len(rs) % 2 else 0.5 * (rs[mid - 1] + rs[mid])))
-    return tuple(out)
+    return tuple((level, statistics.median(rs)) for level, rs in sorted(per_level.items()))

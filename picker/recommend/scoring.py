@@ -178,9 +178,10 @@ class Scorer:
         cost = costs.get(batch)
         if cost is None:
             cost = self.model_cost(option, batch)
-            ratio = interpolate(self.measured_ratios(option), batch)
+            points = self.measured_ratios(option)
+            ratio = interpolate(points, batch)
             if ratio is not None:
-                levels = tuple(level for level, _ in self.measured_ratios(option))
+                levels = tuple(level for level, _ in points)
                 cost = with_ratio(cost, ratio, levels=levels, source=getattr(self.measurements, "source", ""))
             costs[batch] = cost
         return cost
