@@ -35,7 +35,7 @@ from typing import Any
 from picker.inputs.hardware import get_hardware
 from picker.inputs.workload import estimate_params, shape_from_hf_config
 from picker.profiler.load import crossover
-from policies.calibration import read_calibration
+from policies.calibration import calibration_for, read_calibration
 from policies.loadcurve import EngineCurve, engine_curve, load_step_cost
 from policies.roofline import ModelShape
 
@@ -150,10 +150,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--hardware", default="cpu")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
-    cal = read_calibration(args.calibration)
-    target = cal.model.to_shape()
-    overrides = {k: v for k, v in cal.constants.model_dump().items() if v is not None}
-    curve = engine_curve(args.engine, overrides, label=f"calibrated ({args.calibration.name})")
+    target = read_calibration(args.calibration).model.to_shape()
+    # The rule recommend and estimate apply: every constant for the engine the file was measured on,
+    # the accelerator's efficiencies only for another engine.
+    cal = calibration_for(args.calibration, args.engine)
+    curve = engine_curve(args.engine, cal.overrides, label=cal.label)
     hw = get_hardware(args.hardware)
     draft = shape_of(args.draft) if args.draft else None
     checks = []
