@@ -27,7 +27,7 @@ _EXPORTS: dict[str, str] = {
     "medusa_heads_shape": "costmodel", "ModelShape": "roofline",
     # evidence and candidate rows
     "Candidate": "features", "CostEvidence": "features", "Evidence": "features", "base_range": "features",
-    "base_speedup": "features", "feature_matrix": "features",
+    "base_speedup": "features", "feature_matrix": "features", "step_ratio": "features",
     "evidence_from_cell": "cell_evidence", "live_step_points": "cell_evidence",
     "load_priors": "priors",
     # the fitted policy
@@ -49,7 +49,7 @@ __all__ = [  # every key of _EXPORTS (tests/test_recommend_pipeline.py checks th
     "chain_evidence", "chain_length", "config_cost", "configs_for", "decayed_update", "eagle_layer_shape",
     "engine_curve", "estimate", "evidence_from_cell", "expected_length_iid", "feature_matrix", "gate_next",
     "live_step_points", "load_calibration", "load_policy", "load_priors", "medusa_heads_shape",
-    "solve_alpha", "speedup", "tree_length",
+    "solve_alpha", "speedup", "step_ratio", "tree_length",
 ]
 
 
@@ -93,6 +93,7 @@ if TYPE_CHECKING:  # the same names, for type checkers
         base_range,
         base_speedup,
         feature_matrix,
+        step_ratio,
     )
     from policies.loadcurve import engine_curve
     from policies.online import (

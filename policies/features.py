@@ -61,6 +61,7 @@ class CostEvidence:
     # (N, R) measured end to end on a live engine that reports no step timings (cell_evidence.live_step_points);
     # when present they replace the draft/verify decomposition above.
     step_points: tuple[tuple[float, float], ...] = ()
+    step_points_batch: int = 1        # the concurrency the step points were measured at
 
 
 @dataclass(frozen=True)
@@ -234,7 +235,7 @@ def step_ratio(c: Candidate) -> float:
     """Seconds of one speculative step over one plain decode step at the same batch size."""
     cost = c.evidence.cost
     if cost is not None and cost.step_points:
-        return points_ratio(cost.step_points, float(c.nodes))
+        return _points_at_batch(c, cost, points_ratio(cost.step_points, float(c.nodes)))
     if cost is None or not cost.verify:
         if c.ctx is None:
             raise ValueError("a candidate needs measured costs or a roofline context (ctx)")
@@ -254,6 +255,26 @@ def step_ratio(c: Candidate) -> float:
     units = draft_units(c.caps, c) * tree_width(c, cost.verify)
     drafting = (cost.draft_fixed + units * cost.draft_unit) if units else 0.0
     return drafting + f * verify + (1.0 - f)
+
+
+def _points_at_batch(c: Candidate, cost: CostEvidence, ratio: float) -> float:
+    """A step ratio measured end to end at one concurrency, carried to the candidate's batch.
+
+    The measurement says what a step costs at ``cost.step_points_batch``; how that changes with the
+    batch it cannot say. The load curve can: its drafting step's ratio at the candidate's batch over
+    its ratio at the measured one scales the measured drafting steps' ratio (steps that found nothing
+    to draft stay at one plain step). An assumption, stated: the engine is off the model by the same
+    factor at every batch. Before this, a ratio measured at concurrency 1 held at every batch, so a
+    CPU deployment whose verify goes compute-bound at four sequences kept its batch-1 gain at 512.
+    """
+    b0 = cost.step_points_batch
+    if c.ctx is None or c.batch == b0:
+        return ratio
+    scale = (config_cost(c.caps, c.config, c.ctx, c.batch).step_ratio
+             / config_cost(c.caps, c.config, c.ctx, b0).step_ratio)
+    f = draft_step_share(cost.draft_share, drafted_length(c)) if cost.draft_share < 1.0 else 1.0
+    drafting = (ratio - (1.0 - f)) / f if f > 0 else ratio
+    return max(f * drafting * scale + (1.0 - f), 1.0) if f > 0 else ratio
 
 
 def tree_width(c: Candidate, curve: Sequence[tuple[float, float]]) -> float:

@@ -27,7 +27,7 @@ from picker.recommend.contract import (
     TreeShape,
 )
 from picker.recommend.engine_configs import ENGINE_GREEDY, ScheduleEntry, build_engine_configs
-from picker.recommend.measured_load import MEASURED, cost_source
+from picker.recommend.measured_load import MEASURED, AnchoredStepCost, cost_source
 from picker.recommend.table import (
     BATCH_GRID,
     NOT_WORTH_IT,
@@ -375,6 +375,10 @@ def _rationale(chosen: Scored, usable: list[Scored], switch: TemperatureSwitch,
     cost = chosen.cost
     if cost_source(cost) == MEASURED:
         priced = "measured end to end under load, the draft/verify split the model's"
+    elif isinstance(cost, AnchoredStepCost):
+        priced = (f"per-step costs measured at concurrency {cost.measured_at}"
+                  + ("" if batch == cost.measured_at else f", carried to batch {batch} by the load curve")
+                  + "; the draft/verify split the model's")
     else:
         priced = f"load curve, calibrated from {calibration}" if calibration else "load curve model"
     out = [

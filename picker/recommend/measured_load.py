@@ -51,12 +51,23 @@ class MeasuredStepCost(StepCost):
     source: str = ""  # the measurements file
 
 
+@dataclass(frozen=True)
+class AnchoredStepCost(StepCost):
+    """A step cost whose ratio comes from per-step costs measured at one concurrency (``measured_at``),
+    carried to another batch by the load curve (``policies.features.step_ratio``), averaged over the
+    workload's traffic. Draft and verify seconds are the model's, scaled together to that ratio."""
+
+    measured_at: int = 1
+
+
 def with_ratio(cost: StepCost, ratio: float, **extra: object) -> StepCost:
     """``cost`` with draft and verify seconds scaled so that its step ratio is ``ratio``; with
     ``extra`` (``levels``, ``source``) a :class:`MeasuredStepCost`."""
     scale = ratio / cost.step_ratio
     values = {f.name: getattr(cost, f.name) for f in fields(StepCost)}
     values.update(draft_seconds=cost.draft_seconds * scale, verify_seconds=cost.verify_seconds * scale)
+    if "measured_at" in extra:
+        return AnchoredStepCost(**values, **extra)  # type: ignore[arg-type]
     return MeasuredStepCost(**values, **extra) if extra else StepCost(**values)  # type: ignore[arg-type]
 
 

@@ -61,7 +61,7 @@ def _workload_row(scorer: Scorer, opt: Option, bs: Sequence[Bucket], batch: int)
             feasible = False
             notes = (*notes, f"a rejected step takes {step_ms:.0f} ms > p99 ITL SLO {slo:g} ms")
     return Scored(opt, harmonic([(w, s[0]) for w, s in per]), harmonic([(w, s[1]) for w, s in per]),
-                  harmonic([(w, s[2]) for w, s in per]), feasible, notes, scorer.cost(opt, batch),
+                  harmonic([(w, s[2]) for w, s in per]), feasible, notes, scorer.step_cost(opt, batch),
                   MappingProxyType({}))
 
 
@@ -87,7 +87,7 @@ def _grids(scorer: Scorer, rows: list[Scored], bs: Sequence[Bucket]) -> dict[tup
     for o in members:
         for b in by_batch:
             scorer.bucket_speedup(o, b)
-    return {(o.plugin.name, o.config): {batch: scorer.cost(o, batch) for batch in BATCH_GRID} for o in members}
+    return {(o.plugin.name, o.config): {batch: scorer.step_cost(o, batch) for batch in BATCH_GRID} for o in members}
 
 
 def score_workload(scorer: Scorer, options: Sequence[Option] | None = None, *, path: str = "") -> ScoredTable:

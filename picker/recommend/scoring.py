@@ -26,7 +26,7 @@ from picker.inputs.measurements import TEMPERATURE_MATCH, Cell, Measurements
 from picker.inputs.provenance import costs_transfer
 from picker.inputs.workload import WorkloadProfile
 from picker.recommend.measured_load import MEASURED, cost_source, gain_curves, interpolate, pooled, with_ratio
-from picker.recommend.table import Alpha, Bucket, BucketKey, Option, Speedups
+from picker.recommend.table import Alpha, Bucket, BucketKey, Option, Speedups, buckets, pinned
 from policies import (
     Candidate,
     CostContext,
@@ -41,6 +41,7 @@ from policies import (
     live_step_points,
     load_priors,
     speedup,
+    step_ratio,
 )
 
 if TYPE_CHECKING:  # numpy-free at run time: policies.calibration imports numpy
@@ -83,6 +84,7 @@ class Scorer:
         self._evidence: dict[tuple[str, str, float, int], Evidence] = {}
         # Memo tables per option (options hash by identity): the scorer's own, never the option's.
         self._costs: dict[Option, dict[int, StepCost]] = {}
+        self._step_costs: dict[Option, dict[int, StepCost]] = {}
         self._ratios: dict[Option, tuple[tuple[int, float], ...]] = {}
         self._speedups: dict[Option, dict[BucketKey, Speedups]] = {}
 
@@ -149,7 +151,8 @@ class Scorer:
                                     probe=self._probe(plugin.name, cell))
             if ev.cost is None and self.measured_costs and (points := self._live_points(plugin.name, cell)):
                 # A live engine: no step timings, but tokens/s against plain at measured lengths.
-                ev = replace(ev, cost=CostEvidence(0.0, draft_share=ev.draft_share, step_points=points))
+                ev = replace(ev, cost=CostEvidence(0.0, draft_share=ev.draft_share, step_points=points,
+                                                     step_points_batch=cell.concurrency))
             if ev.cost is None or not self.measured_costs:
                 ev = replace(ev, cost=None)
             else:  # the fixed per-generation time (prefill) is spread over the workload's output length
@@ -185,6 +188,31 @@ class Scorer:
                 cost = with_ratio(cost, ratio, levels=levels, source=getattr(self.measurements, "source", ""))
             costs[batch] = cost
         return cost
+
+    def step_cost(self, option: Option, batch: int) -> StepCost:
+        """The step cost the speedups at ``batch`` are priced with, as one number for the workload:
+        :meth:`cost` where the measured gain curve or the load curve alone prices them; where the
+        evidence carries per-step costs measured at one concurrency (which ``_score`` prefers to the
+        load curve), their ratio at ``batch`` weighted by the traffic (an :class:`AnchoredStepCost`).
+        Break-even α, the plan's "one step costs" line and the SDK's R table read this, so they say
+        what the speedups were computed with."""
+        cost = self.cost(option, batch)
+        if cost_source(cost) == MEASURED:
+            return cost
+        memo = self._step_costs.setdefault(option, {})
+        if batch not in memo:
+            pairs, anchor = [], None
+            for b in pinned(buckets(self.profile), batch=batch):
+                cand = self.candidate(option, b)
+                if cand.evidence.cost is None:
+                    pairs.append((b.weight, cost.step_ratio))
+                else:
+                    pairs.append((b.weight, step_ratio(cand)))
+                    anchor = cand.evidence.cost.step_points_batch if cand.evidence.cost.step_points else 1
+            total = sum(w for w, _ in pairs)
+            memo[batch] = cost if anchor is None or total <= 0 else with_ratio(
+                cost, sum(w * r for w, r in pairs) / total, measured_at=anchor)
+        return memo[batch]
 
     def model_cost(self, option: Option, batch: int) -> StepCost:
         """The load curve's step cost (``policies.config_cost``), calibrated where a file was given."""

@@ -181,8 +181,9 @@ def cost_table(profile: WorkloadProfile, strategy: str, n_max: int, tree: TreeSp
                measurements: Measurements | None = None, calibration: Calibration | None = None,
                ) -> tuple[tuple[float, ...], ...]:
     """R(n, cell) of ``strategy`` on ``profile`` from the scorer's own step costs
-    (``Scorer.cost``): the measured gain against concurrency inside its measured levels, else the
-    load curve (calibrated where ``calibration`` is given) -- the curve the plan's schedule used."""
+    (``Scorer.step_cost``): the measured gain against concurrency inside its measured levels, else the
+    measured per-step costs carried by the load curve, else the load curve (calibrated where
+    ``calibration`` is given) -- the costs the plan's schedule used."""
     from picker.engine.plugins import load_strategies
     from picker.recommend.scoring import Option, Scorer
     from policies import Config, chain
@@ -193,7 +194,7 @@ def cost_table(profile: WorkloadProfile, strategy: str, n_max: int, tree: TreeSp
     for n in range(1, n_max + 1):
         t = tree.at_depth(n) if tree is not None else None
         option = Option(plugin, chain(n) if t is None else Config(t.depth, t.topk, t.num_draft_tokens), True, True)
-        rows.append(tuple(scorer.cost(option, b).step_ratio for b in CELL_COST_BATCH))
+        rows.append(tuple(scorer.step_cost(option, b).step_ratio for b in CELL_COST_BATCH))
     return tuple(rows)
 
 

@@ -1,0 +1,91 @@
+"""Per-step costs measured at one concurrency, carried to other batches by the load curve.
+
+The shipped llama.cpp deployment (``profiles/code-assistant-qwen-llamacpp.yaml``) comes with its
+measured cells (``profiles/measurements/...summary.json``): llama-server reports no step timings,
+so its step ratio R is read off the measured tokens/s against plain at concurrency 1
+(``policies.cell_evidence.live_step_points``). Two things must follow from that one number:
+
+* at batch 1 the plan's break-even α, its "one step costs" line and the SDK's R table say the
+  measured R the speedups were scored with, not the load curve's (which is far cheaper here);
+* at a larger batch R grows as the load curve's does (two cores go compute-bound at a few
+  sequences) instead of staying at its batch-1 value for every batch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from picker.engine.plugins import load_strategies
+from picker.inputs.measurements import load_measurements
+from picker.inputs.workload import load_profile
+from picker.recommend.measured_load import AnchoredStepCost
+from picker.recommend.options import options_for
+from picker.recommend.pipeline import recommend
+from picker.recommend.scoring import Scorer
+from picker.recommend.table import Bucket, Option, buckets
+from policies import break_even, step_ratio
+from policies.features import draft_step_share, drafted_length
+
+ROOT = Path(__file__).resolve().parents[1]
+PROFILE = ROOT / "profiles" / "code-assistant-qwen-llamacpp.yaml"
+MEASURED = ROOT / "profiles" / "measurements" / "code-assistant-qwen-llamacpp.summary.json"
+
+
+def _ngram(scorer: Scorer, n: int) -> Option:
+    return next(o for o in options_for(scorer.profile, load_strategies(), scorer.ctx.target)
+                if o.plugin.name == "ngram" and not o.config.is_tree and o.config.depth == n)
+
+
+@pytest.fixture(scope="module")
+def scorer() -> Scorer:
+    return Scorer(load_profile(PROFILE), load_measurements(MEASURED))
+
+
+@pytest.mark.parametrize("n", [1, 4])
+def test_measured_ratio_holds_at_its_batch_and_follows_the_load_curve_beyond(scorer: Scorer, n: int) -> None:
+    o = _ngram(scorer, n)
+    ratio = {b: step_ratio(scorer.candidate(o, Bucket("code", b, 0.0, 1.0))) for b in (1, 4, 16)}
+    model = {b: scorer.model_cost(o, b).step_ratio for b in (1, 4, 16)}
+    assert ratio[1] > model[1] * 1.05  # the engine is dearer than the model at batch 1: measured, not modelled
+    assert ratio[1] < ratio[4] < ratio[16]  # and dearer still as the verify goes compute-bound
+    assert model[1] < model[4] < model[16]
+    # The drafting steps' ratio moves by the model's factor; steps that drafted nothing stay at 1.
+    cand = scorer.candidate(o, Bucket("code", 4, 0.0, 1.0))
+    f = draft_step_share(cand.evidence.cost.draft_share, drafted_length(cand))
+    assert 0 < f < 1
+    drafting = (ratio[1] - (1 - f)) / f
+    assert ratio[4] == pytest.approx(f * drafting * model[4] / model[1] + (1 - f), rel=1e-9)
+    speedups = [scorer.bucket_speedup(o, Bucket("code", b, 0.0, 1.0))[0] for b in (1, 4, 16)]
+    assert speedups[0] > speedups[1] > speedups[2]  # before: the same at every batch
+
+
+def test_the_step_cost_the_plan_reports_is_the_one_it_scored_with(scorer: Scorer) -> None:
+    o = _ngram(scorer, 1)
+    cost = scorer.step_cost(o, 1)
+    assert isinstance(cost, AnchoredStepCost) and cost.measured_at == 1
+    weights = [(b.weight, step_ratio(scorer.candidate(o, b))) for b in buckets(scorer.profile)]  # all at batch 1
+    assert cost.step_ratio == pytest.approx(sum(w * r for w, r in weights) / sum(w for w, _ in weights), rel=1e-6)
+    assert cost.step_ratio > scorer.model_cost(o, 1).step_ratio * 1.05
+    rec = recommend(load_profile(PROFILE), load_measurements(MEASURED))
+    assert rec.decision.strategy == "ngram" and rec.decision.num_speculative_tokens == 1
+    assert rec.break_even_accept_length == pytest.approx(cost.step_ratio, abs=1e-3)
+    assert rec.break_even_alpha == pytest.approx(break_even(o.config, cost), abs=1e-3)
+    assert any("measured at concurrency 1" in line for line in rec.rationale)
+    first = rec.decision.batch_schedule[0]
+    assert first.min_batch == 1 and first.break_even_alpha == pytest.approx(rec.break_even_alpha, abs=1e-3)
+
+
+def test_at_four_requests_the_same_measurements_leave_it_off(tmp_path: Path) -> None:
+    """The same deployment serving four requests at once: the load curve prices its verify as
+    compute-bound, so the batch-1 gain of 1.02x does not carry over (before this change it did,
+    and the plan enabled ngram at 1.04x)."""
+    doc = yaml.safe_load(PROFILE.read_text())
+    doc["traffic"]["concurrency"] = [{"batch_size": 4, "weight": 1.0}]
+    path = tmp_path / "np4.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    rec = recommend(load_profile(path), load_measurements(MEASURED))
+    assert rec.decision.strategy == "none"
+    assert rec.predicted_speedup.mean == 1.0
