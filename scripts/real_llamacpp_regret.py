@@ -15,6 +15,9 @@
    decode rate (``timings.predicted_per_second``, summed over the wave's requests at concurrency 1
    that is the rate of the one request) and the wave's throughput (tokens / wall seconds).
    A configuration's speedup is the median over rounds of its rate over plain's in the same round.
+   With ``--slots S > 1`` every server runs ``-np S``, each wave sends S prompts at once, the
+   policy is asked about the profile with its concurrency set to S (written beside ``--out``), and
+   the ratio is of wall-clock throughput (``--metric``).
 
 Regret of a choice = best speedup in the grid / the choice's speedup - 1 (0: it picked the best).
 
@@ -85,8 +88,13 @@ def wave(url: str, prompts: list[Any], temperature: float, tokens: int) -> dict[
                 "top_p": 1.0, "min_p": 0.0, "seed": request_seed(0, p.id, 0), "ignore_eos": True}
         return _post(f"{url}/completion", body)
     start = time.perf_counter()
-    with ThreadPoolExecutor(len(prompts)) as pool:
+    pool = ThreadPoolExecutor(len(prompts))
+    try:
         out = list(pool.map(one, prompts))
+    finally:
+        # Not ``with``: its exit joins the workers, and a SIGTERM (SystemExit in the main thread)
+        # would then wait on requests still in flight. Unjoined, they end when the servers stop.
+        pool.shutdown(wait=False, cancel_futures=True)
     wall = time.perf_counter() - start
     t = [r["timings"] for r in out]
     return {"tokens": sum(r["tokens_predicted"] for r in out), "wall_s": wall,
@@ -95,10 +103,14 @@ def wave(url: str, prompts: list[Any], temperature: float, tokens: int) -> dict[
             "drafted": sum(x.get("draft_n", 0) for x in t), "accepted": sum(x.get("draft_n_accepted", 0) for x in t)}
 
 
-def summarize(rounds: list[dict[str, Any]], configs: list[str], mix: dict[str, float]) -> dict[str, Any]:
+def summarize(rounds: list[dict[str, Any]], configs: list[str], mix: dict[str, float],
+              metric: str = "engine_tps") -> dict[str, Any]:
+    """Per configuration, its ratio to plain in the same round by ``metric`` (``engine_tps``: the
+    engine's decode rate; ``throughput``: the wave's tokens over its wall time), median per task
+    and weighted by the task mix."""
     out: dict[str, Any] = {}
     for cfg in configs:
-        ratios = [r["waves"][cfg]["engine_tps"] / r["waves"]["plain"]["engine_tps"] for r in rounds]
+        ratios = [r["waves"][cfg][metric] / r["waves"]["plain"][metric] for r in rounds]
         tput = [r["waves"][cfg]["throughput"] / r["waves"]["plain"]["throughput"] for r in rounds]
         by_task: dict[str, list[float]] = {}
         for r, x in zip(rounds, ratios):
@@ -130,10 +142,22 @@ def main() -> int:
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--server-arg", action="append", default=[])
     ap.add_argument("--from-rounds", type=Path, default=None, help="summarize this rounds.jsonl instead of measuring")
+    ap.add_argument("--metric", choices=["auto", "engine_tps", "throughput"], default="auto",
+                    help="what a speedup is a ratio of (auto: the engine's decode rate at one slot, the "
+                         "wave's wall-clock throughput at several: with requests overlapping, the sum of "
+                         "per-request rates overstates what the server delivers)")
     a = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    metric = a.metric if a.metric != "auto" else "engine_tps" if a.slots == 1 else "throughput"
 
+    a.out.parent.mkdir(parents=True, exist_ok=True)
     profile = yaml.safe_load(a.profile.read_text(encoding="utf-8"))
+    if a.slots > 1 and [c["batch_size"] for c in profile["traffic"]["concurrency"]] != [a.slots]:
+        # The same deployment serving ``slots`` requests at once: the policy is asked for that load.
+        profile["traffic"]["concurrency"] = [{"batch_size": a.slots, "weight": 1.0}]
+        profile["name"] = f"{profile['name']}-np{a.slots}"
+        a.profile = a.out.with_name(a.out.stem + ".profile.yaml")
+        a.profile.write_text(yaml.safe_dump(profile, sort_keys=False), encoding="utf-8")
     mix = {t: float(w) for t, w in profile["traffic"]["task_mix"].items()}
     tasks = a.tasks.split(",") if a.tasks else [t for t in mix if mix[t] > 0]
     choice, rec = policy_choice(a.profile, a.measurements)
@@ -141,7 +165,6 @@ def main() -> int:
     configs = ["plain", *grid, "default", "md-only"] + ([choice] if choice not in [*grid, "plain"] else [])
     pair = find_pair("qwen2.5-coder")
     target, draft = (Layout(m, default_cache()).gguf for m in (pair.target, pair.draft))
-    a.out.parent.mkdir(parents=True, exist_ok=True)
     logs = a.out.with_suffix("")
     logs.mkdir(exist_ok=True)
     temps = [float(t) for t in a.temperatures.split(",")]
@@ -174,8 +197,8 @@ def main() -> int:
                                    "order": order, "waves": waves})
                     with log.open("a", encoding="utf-8") as sink:  # kept if the run is cut short
                         sink.write(json.dumps(rounds[-1]) + "\n")
-                    print(task, temp, {c: round(w["engine_tps"], 2) for c, w in waves.items()}, flush=True)
-    summary = summarize(rounds, configs, mix)
+                    print(task, temp, {c: round(w[metric], 2) for c, w in waves.items()}, flush=True)
+    summary = summarize(rounds, configs, mix, metric)
     spec_grid = {c: summary[c]["speedup_mix"] for c in grid}
     best = max(spec_grid, key=lambda c: spec_grid[c])
     best_of_all = max(["plain", *grid], key=lambda c: summary[c]["speedup_mix"])
@@ -183,7 +206,8 @@ def main() -> int:
     def regret(cfg: str) -> float:
         return round(summary[best_of_all]["speedup_mix"] / summary[cfg]["speedup_mix"] - 1.0, 4)
 
-    result = {"profile": str(a.profile), "measurements": str(a.measurements), "slots": a.slots, "tasks": tasks,
+    result = {"profile": str(a.profile), "measurements": str(a.measurements), "slots": a.slots, "metric": metric,
+              "tasks": tasks,
               "temperatures": temps, "max_new_tokens": a.max_new_tokens, "recommend": rec, "choice": choice,
               "speculates": speculates, "best_speculative_in_grid": best, "best_in_grid_or_plain": best_of_all,
               "regret": {"choice": regret(choice), "default": regret("default"), "md-only": regret("md-only"),
