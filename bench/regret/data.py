@@ -212,7 +212,17 @@ def cost_of(records: list[Record]) -> dict[str, float]:
 
 def zoo_profile(task: str, temperature: float, target: Path, artifacts: dict[str, str],
                 prompt_tokens: float, out_tokens: int) -> WorkloadProfile:
-    """A workload profile of the zoo at batch 1 for one task and temperature.
+    """A workload profile of the zoo at batch 1 for one task and temperature (read back, validated)."""
+    data = zoo_profile_data(task, temperature, target, artifacts, prompt_tokens, out_tokens)
+    with tempfile.TemporaryDirectory(prefix="zoo-profile-") as folder:  # read once, then gone
+        path = Path(folder) / "profile.yaml"
+        path.write_text(yaml.safe_dump(data))
+        return load_profile(path)
+
+
+def zoo_profile_data(task: str, temperature: float, target: Path, artifacts: dict[str, str],
+                     prompt_tokens: float, out_tokens: int, batch: int = 1) -> dict[str, Any]:
+    """The YAML document of a zoo workload: one task and temperature, ``batch`` requests in flight.
 
     The engine label is ``tensorrt_llm`` only because it runs all five strategies and trees; the
     reference engine measures everything here, and its step costs come from the measurements.
@@ -229,19 +239,16 @@ def zoo_profile(task: str, temperature: float, target: Path, artifacts: dict[str
         heads = json.loads((Path(artifacts["medusa"]) / "config.json").read_text())
         drafters["medusa_heads"] = {"path": artifacts["medusa"],
                                     "num_heads": int(heads.get("num_heads") or heads.get("medusa_num_heads") or 4)}
-    data = {
-        "name": f"zoo-{task}-T{temperature:g}", "description": "zoo ci target on the reference engine, batch 1",
+    return {
+        "name": f"zoo-{task}-T{temperature:g}" + (f"-C{batch}" if batch != 1 else ""),
+        "description": f"zoo ci target on the reference engine, batch {batch}",
         "model": {"name": "zoo-ci-target", "hf_config": str(target / "config.json"), "params_b": _params(cfg) / 1e9},
         "hardware": {"gpu": "cpu", "count": 1}, "engine": {"name": "tensorrt_llm", "version": "reference-loop"},
         "traffic": {"task_mix": {task: 1.0}, "prompt_tokens": {"mean": prompt_tokens},
-                    "output_tokens": {"mean": out_tokens}, "concurrency": [{"batch_size": 1, "weight": 1.0}],
+                    "output_tokens": {"mean": out_tokens}, "concurrency": [{"batch_size": batch, "weight": 1.0}],
                     "temperature": [{"value": temperature, "weight": 1.0}]},
         "drafters": drafters, "memory_headroom_gib": 100,
     }
-    with tempfile.TemporaryDirectory(prefix="zoo-profile-") as folder:  # read once, then gone
-        path = Path(folder) / "profile.yaml"
-        path.write_text(yaml.safe_dump(data))
-        return load_profile(path)
 
 
 def _params(cfg: dict[str, Any]) -> float:
