@@ -23,8 +23,9 @@ from scipy import stats
 from picker.engine.backend import ForwardOutput, TorchBackend
 from picker.engine.drafting import SamplingParams
 from picker.engine.rollback import BatchEdit, BatchForward, Forward, plan_forward
-from picker.engine.sampling import warp
+from picker.engine.sampling import inverse_cdf, warp
 from picker.engine.tree import TokenTree
+from picker.engine.verify import VerifyResult
 
 Key = tuple[int, ...]
 
@@ -255,3 +256,48 @@ def greedy_tie(target: TorchBackend, ids: Sequence[int], tol: float = 1e-4) -> b
     logits = target.prefill(list(ids)).logits[0, -1].float()
     top = torch.topk(logits, 2).values
     return bool(top[0] - top[1] < tol)
+
+
+def divergences(target: TorchBackend, run: Any, prompts: list[list[int]], reference: list[list[int]]
+                ) -> tuple[list[str], int]:
+    """(divergences not explained by a near-tie, divergences on a near-tie)."""
+    bad, ties = [], 0
+    for n, (ids, gen, base) in enumerate(zip(prompts, run.generations, reference)):
+        if gen.tokens == base:
+            continue
+        i = next((k for k, (a, b) in enumerate(zip(gen.tokens, base)) if a != b), min(len(gen.tokens), len(base)))
+        if i < min(len(gen.tokens), len(base)) and greedy_tie(target, [*ids, *base[:i]]):
+            ties += 1
+        else:
+            bad.append(f"prompt {n}: token {i}: {gen.tokens[i:i + 1]} != {base[i:i + 1]}")
+    return bad, ties
+
+
+# -- planted bugs: verifiers that skip the residual (the distribution tests must catch them) ------
+
+def chain_skipping_residual(draft: Sequence[int], p: Any, q: Any, rng: np.random.Generator) -> VerifyResult:
+    """Accepts like Leviathan et al., but draws the correction from q_i instead of the residual."""
+    n, q = len(draft), np.asarray(q)
+    u = rng.random(n + 1)
+    for i, d in enumerate(draft):
+        p_d = 1.0 if p is None else float(np.asarray(p)[i, d])
+        if u[i] * p_d >= q[i, d]:
+            return VerifyResult(i, (*draft[:i], inverse_cdf(q[i], u[n])), tuple(range(i)))
+    return VerifyResult(n, (*draft, inverse_cdf(q[n], u[n])), tuple(range(n)))
+
+
+def tree_skipping_residual(tree: TokenTree, p: Any, q: Any, rng: np.random.Generator,
+                           siblings: str = "iid") -> VerifyResult:
+    """Tries siblings against the unchanged q, and draws the extra token from it."""
+    q = np.asarray(q)
+    node, path = -1, []
+    while True:
+        chosen = next((c for c in tree.children(node)
+                       if rng.random() * (1.0 if p is None else float(np.asarray(p)[c, tree.tokens[c]]))
+                       < q[node + 1, tree.tokens[c]]), None)
+        if chosen is None:
+            break
+        node = chosen
+        path.append(node)
+    extra = inverse_cdf(q[node + 1], rng.random())
+    return VerifyResult(len(path), (*(tree.tokens[c] for c in path), extra), tuple(path))

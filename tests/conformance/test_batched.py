@@ -22,7 +22,7 @@ import pytest
 from picker.engine.backend import TorchBackend
 from picker.engine.loop import Served, serve
 from tests.conformance.conftest import Strategy
-from tests.conformance.harness import greedy_tie
+from tests.conformance.harness import divergences
 from tests.conformance.test_greedy import prompt_ids  # noqa: F401  (the 210 prompts fixture)
 
 MAX_EXEMPT = 0.01  # share of prompts whose first divergence may sit on a near-tie
@@ -43,21 +43,6 @@ def plain_one_at_a_time(target: TorchBackend, mixed: tuple[list[list[int]], list
 @pytest.fixture(scope="session")
 def wide(target: TorchBackend) -> TorchBackend:
     return target.with_rows(8)
-
-
-def divergences(target: TorchBackend, run: Served, prompts: list[list[int]], reference: list[list[int]]
-                ) -> tuple[list[str], int]:
-    """(divergences not explained by a near-tie, divergences on a near-tie)."""
-    bad, ties = [], 0
-    for n, (ids, gen, base) in enumerate(zip(prompts, run.generations, reference)):
-        if gen.tokens == base:
-            continue
-        i = next((k for k, (a, b) in enumerate(zip(gen.tokens, base)) if a != b), min(len(gen.tokens), len(base)))
-        if i < min(len(gen.tokens), len(base)) and greedy_tie(target, [*ids, *base[:i]]):
-            ties += 1
-        else:
-            bad.append(f"prompt {n}: token {i}: {gen.tokens[i:i + 1]} != {base[i:i + 1]}")
-    return bad, ties
 
 
 def assert_joined_and_left(run: Served, concurrency: int) -> None:

@@ -28,7 +28,6 @@ row), against the same exact joint, with the same planted-bug control.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -40,11 +39,16 @@ import picker.engine.loop
 from picker.engine.backend import TorchBackend
 from picker.engine.drafting import SamplingParams
 from picker.engine.loop import generate, serve
-from picker.engine.sampling import inverse_cdf
-from picker.engine.tree import TokenTree
-from picker.engine.verify import VerifyResult
 from tests.conformance.conftest import Strategy
-from tests.conformance.harness import ReplayBackend, bin_of, chi_square, exact_joint, expanded_prefixes
+from tests.conformance.harness import (
+    ReplayBackend,
+    bin_of,
+    chain_skipping_residual,
+    chi_square,
+    exact_joint,
+    expanded_prefixes,
+    tree_skipping_residual,
+)
 
 PROMPT = "x = 1\ny = 2\nz = 3\nx = 1\ny = 2\nz = 3\nx = 1\ny ="
 DEPTH, K, PLANTED_K, SLOW_K, GREEDY = 3, 1000, 600, 60_000, 24
@@ -161,34 +165,6 @@ def test_first_tokens_follow_the_target_distribution_to_one_percent(
 
 
 # -- the planted bug ------------------------------------------------------------------------------
-
-def chain_skipping_residual(draft: Sequence[int], p: Any, q: Any, rng: np.random.Generator) -> VerifyResult:
-    """Accepts like Leviathan et al., but draws the correction from q_i instead of the residual."""
-    n, q = len(draft), np.asarray(q)
-    u = rng.random(n + 1)
-    for i, d in enumerate(draft):
-        p_d = 1.0 if p is None else float(np.asarray(p)[i, d])
-        if u[i] * p_d >= q[i, d]:
-            return VerifyResult(i, (*draft[:i], inverse_cdf(q[i], u[n])), tuple(range(i)))
-    return VerifyResult(n, (*draft, inverse_cdf(q[n], u[n])), tuple(range(n)))
-
-
-def tree_skipping_residual(tree: TokenTree, p: Any, q: Any, rng: np.random.Generator,
-                           siblings: str = "iid") -> VerifyResult:
-    """Tries siblings against the unchanged q, and draws the extra token from it."""
-    q = np.asarray(q)
-    node, path = -1, []
-    while True:
-        chosen = next((c for c in tree.children(node)
-                       if rng.random() * (1.0 if p is None else float(np.asarray(p)[c, tree.tokens[c]]))
-                       < q[node + 1, tree.tokens[c]]), None)
-        if chosen is None:
-            break
-        node = chosen
-        path.append(node)
-    extra = inverse_cdf(q[node + 1], rng.random())
-    return VerifyResult(len(path), (*(tree.tokens[c] for c in path), extra), tuple(path))
-
 
 def test_a_loop_that_skips_the_residual_fails_the_chi_square(
     strategy: Strategy, replay: ReplayBackend, prompt_ids: list[int], monkeypatch: pytest.MonkeyPatch
