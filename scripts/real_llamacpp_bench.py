@@ -15,13 +15,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
 
 from picker.models import Layout, default_cache, find_pair
+from picker.profiler.llamacpp_server import local_server
 
 PROMPTS = {
     "code": ["Write a Python function that checks whether a string is a palindrome.",
@@ -41,30 +41,10 @@ def _post(url: str, body: dict[str, object]) -> dict[str, object]:
         return json.loads(resp.read())
 
 
-def _wait(base: str, proc: subprocess.Popen[bytes]) -> None:
-    for _ in range(600):
-        if proc.poll() is not None:
-            raise SystemExit(f"llama-server exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(base + "/health", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.5)
-    raise SystemExit("llama-server did not become healthy")
-
-
-def run_config(server: str, target: Path, extra: list[str], port: int, max_tokens: int,
+def run_config(server: str, target: Path, extra: list[str], max_tokens: int,
                log: Path, threads: int, per_task: int) -> list[dict[str, object]]:
-    cmd = [server, "-m", str(target), "-t", str(threads), "-c", "4096", "-np", "1", "--host", "127.0.0.1",
-           "--port", str(port), "--metrics", *extra]
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
     rows = []
-    try:
-        _wait(base, proc)
+    with local_server(Path(server), target, ["--metrics", *extra], log, threads=threads) as base:
         for task, prompts in PROMPTS.items():
             for i, text in enumerate(prompts[:per_task]):
                 t0 = time.perf_counter()
@@ -80,9 +60,6 @@ def run_config(server: str, target: Path, extra: list[str], port: int, max_token
                              "tokens_per_second": timings.get("predicted_per_second"),
                              "draft_n": timings.get("draft_n", 0),
                              "draft_n_accepted": timings.get("draft_n_accepted", 0)})
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
     return rows
 
 
@@ -93,7 +70,6 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--draft-n", type=int, nargs="+", default=[4])
-    ap.add_argument("--port", type=int, default=18431)
     ap.add_argument("--threads", type=int, default=2, help="-t and -td")
     ap.add_argument("--prompts-per-task", type=int, default=3)
     # e.g. --server-arg=--no-repack: a build whose AMX kernels crash on this CPU (seen here)
@@ -111,7 +87,7 @@ def main() -> None:
     results: dict[str, object] = {}
     plain_text: dict[tuple[str, int], str] = {}
     for name, extra in configs.items():
-        rows = run_config(args.server, target, [*extra, *args.server_arg], args.port, args.max_tokens,
+        rows = run_config(args.server, target, [*extra, *args.server_arg], args.max_tokens,
                           args.out.with_suffix(f".{name.replace(' ', '_')}.log"), args.threads,
                           args.prompts_per_task)
         if name == "plain":

@@ -25,23 +25,21 @@ import argparse
 import json
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager, suppress
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 from picker.engine.plugins import load_strategies
 from picker.models import Layout, default_cache, find_pair
+from picker.profiler.llamacpp_server import local_server
 from picker.recommend.engine_configs import ScheduleEntry, build_engine_configs
 
 DEFAULT_SERVER = Path("/work/engines/llamacpp/bin/llama-server")
 LLAMA_DEFAULT_N = 3  # common_params_speculative_draft::n_max in common/common.h of this llama.cpp
-START_LIMIT_S = 180.0
+METRICS = ["--metrics"]  # the counters every run is checked against
 
 
 def server_args(config: str, draft: Path) -> tuple[str, int, list[str]]:
@@ -56,45 +54,6 @@ def server_args(config: str, draft: Path) -> tuple[str, int, list[str]]:
     if not cfg["llama_cpp"]["supported"]:
         raise SystemExit(f"{config}: {cfg['llama_cpp']['reason']}")
     return strategy, n, list(cfg["llama_cpp"]["args"])
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextmanager
-def llama_server(server: Path, target: Path, args: list[str], log: Path, threads: int,
-                 slots: int) -> Iterator[str]:
-    """llama-server on 127.0.0.1 with ``--metrics``; always stopped."""
-    port = _free_port()
-    cmd = [str(server), "-m", str(target), "--host", "127.0.0.1", "--port", str(port), "-c", "4096",
-           "-np", str(slots), "-t", str(threads), "--metrics", *args]
-    log.write_text(shlex.join(cmd) + "\n", encoding="utf-8")
-    with log.open("ab") as sink:
-        proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + START_LIMIT_S
-        while True:
-            if proc.poll() is not None:
-                raise SystemExit(f"llama-server exited with {proc.returncode}; see {log}")
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=2) as resp:
-                    if resp.status == 200:
-                        break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise SystemExit(f"llama-server not up after {START_LIMIT_S:.0f} s; see {log}") from None
-            time.sleep(0.3)
-        yield url
-    finally:
-        proc.terminate()
-        with suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=30)
-        proc.kill()
-        proc.wait()
 
 
 def counters_agree(summary: dict[str, Any]) -> dict[str, Any]:
@@ -130,7 +89,8 @@ def run(a: argparse.Namespace) -> int:
     failed = 0
     with ExitStack() as stack:
         plain_url = None if a.no_plain else stack.enter_context(
-            llama_server(a.server, target, extra, a.out / f"plain-np{a.slots}.log", a.threads, a.slots))
+            local_server(a.server, target, [*METRICS, *extra], a.out / f"plain-np{a.slots}.log",
+                         threads=a.threads, slots=a.slots))
         for config in a.configs.split(","):
             strategy, n, args = server_args(config, draft)
             name = f"{config.replace(':', '-N')}-np{a.slots}"
@@ -138,7 +98,8 @@ def run(a: argparse.Namespace) -> int:
             if (out / "counters.json").exists() and not a.redo:
                 print(f"{name}: done already ({out}); --redo to measure again", flush=True)
                 continue
-            with llama_server(a.server, target, [*args, *extra], a.out / f"{name}.log", a.threads, a.slots) as url:
+            with local_server(a.server, target, [*METRICS, *args, *extra], a.out / f"{name}.log",
+                              threads=a.threads, slots=a.slots) as url:
                 cmd = profile_command(url, plain_url, strategy, n, out, a)
                 start = time.monotonic()
                 proc = subprocess.run(cmd, check=False)

@@ -46,10 +46,11 @@ import yaml
 
 from picker.models import Layout, default_cache, find_pair
 from picker.profiler.llamacpp import request_seed
+from picker.profiler.llamacpp_server import local_server
 from picker.tasks import builtin_prompts, render_turn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from real_llamacpp_grid import DEFAULT_SERVER, llama_server, server_args
+from real_llamacpp_grid import DEFAULT_SERVER, METRICS, server_args
 
 GRID = "vanilla:1,vanilla:2,vanilla:4,vanilla:8,ngram:1,ngram:2,ngram:4,ngram:8"
 
@@ -179,8 +180,9 @@ def main() -> int:
         urls: dict[str, str] = {}
         for cfg in configs if a.from_rounds is None else []:
             args = [] if cfg == "plain" else ["-md", str(draft)] if cfg == "md-only" else server_args(cfg, draft)[2]
-            urls[cfg] = stack.enter_context(llama_server(a.server, target, [*args, *a.server_arg],
-                                                         logs / f"{cfg.replace(':', '-N')}.log", a.threads, a.slots))
+            urls[cfg] = stack.enter_context(local_server(a.server, target, [*METRICS, *args, *a.server_arg],
+                                                         logs / f"{cfg.replace(':', '-N')}.log",
+                                                         threads=a.threads, slots=a.slots))
         speculates = {cfg: any(s["speculative"] for s in _get(f"{u}/slots")) for cfg, u in urls.items()}
         for u in urls.values():  # the first completion of a fresh server pays its allocations: untimed
             _post(f"{u}/completion", {"prompt": "def f(x):", "n_predict": 8, "temperature": 0.0})

@@ -21,12 +21,9 @@ ids, the engines' log-probabilities of the agreed tokens must match the referenc
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
-import time
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +33,7 @@ import torch
 
 from bench.regret.vllm import Server
 from picker.engine.backend import TorchBackend
+from picker.profiler.llamacpp_server import local_server
 from picker.tasks.agreement import first_divergence
 from picker.tasks.encoding import load_prompt_tokenizer
 from picker.zoo.resolve import zoo_paths
@@ -139,39 +137,12 @@ def test_vllm_greedy_ids_equal_the_reference(reference: dict[str, Any], tmp_path
     _compare("vLLM", reference, answers)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
 def _llama_server(tmp_path: Path) -> Iterator[str]:
     """A plain llama-server of the zoo target on 127.0.0.1, one slot, one thread; always killed."""
-    port, log = _free_port(), tmp_path / "llama-server.log"
-    with log.open("wb") as sink:
-        proc = subprocess.Popen([str(LLAMA_SERVER), "-m", str(LLAMA_TARGET), "--host", "127.0.0.1", "--port",
-                                 str(port), "-c", "1024", "-np", "1", "-t", "1", *LLAMA_F32],
-                                stdout=sink, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60.0
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"llama-server exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-            with suppress(OSError):
-                urllib.request.urlopen(f"{url}/health", timeout=2).read()
-                break
-            if time.monotonic() > deadline:
-                pytest.fail(f"llama-server not up after 60 s:\n{log.read_text()[-3000:]}")
-            time.sleep(0.2)
+    with local_server(LLAMA_SERVER, LLAMA_TARGET, LLAMA_F32, tmp_path / "llama-server.log", context=1024,
+                      start_limit_s=60.0) as url:
         yield url
-    finally:
-        proc.terminate()
-        with suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=30)
-        proc.kill()
-        proc.wait()
 
 
 def test_llamacpp_greedy_ids_equal_the_reference(reference: dict[str, Any], tmp_path: Path) -> None:

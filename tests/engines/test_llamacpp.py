@@ -18,12 +18,8 @@ with ``--metrics`` so its own counters can be set against the profiler's numbers
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
-import time
-import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -35,6 +31,7 @@ from picker.cli.main import app
 from picker.engine.plugins import load_strategies
 from picker.inputs.measurements import load_measurements
 from picker.inputs.workload import load_profile
+from picker.profiler.llamacpp_server import local_server
 from picker.profiler.run import records_of
 from picker.recommend.engine_configs import ScheduleEntry, build_engine_configs
 from picker.recommend.scoring import Scorer
@@ -67,41 +64,12 @@ def _args(strategy: str, n: int) -> list[str]:
     return list(cfg["llama_cpp"]["args"])
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
 def _server(args: list[str], tmp_path: Path, name: str = "llama-server") -> Iterator[str]:
     """llama-server on 127.0.0.1 with four slots and ``--metrics``; always killed."""
-    port = _free_port()
-    log = tmp_path / f"{name}.log"
-    with log.open("wb") as sink:
-        proc = subprocess.Popen([str(SERVER), "-m", str(TARGET), "--host", "127.0.0.1", "--port", str(port),
-                                 "-c", "4096", "-np", "4", "-t", "1", "--metrics", *args],
-                                stdout=sink, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + START_LIMIT_S
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"llama-server exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-            try:
-                urllib.request.urlopen(f"{url}/health", timeout=2).read()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    pytest.fail(f"llama-server not up after {START_LIMIT_S:.0f} s:\n{log.read_text()[-3000:]}")
-                time.sleep(0.2)
+    with local_server(SERVER, TARGET, ["--metrics", *args], tmp_path / f"{name}.log", slots=4,
+                      start_limit_s=START_LIMIT_S) as url:
         yield url
-    finally:
-        proc.terminate()
-        with suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=30)
-        proc.kill()  # does nothing once it has exited
-        proc.wait()
 
 
 def _profile(url: str, out: Path, *args: str) -> dict[str, Any]:
