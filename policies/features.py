@@ -239,14 +239,10 @@ def step_ratio(c: Candidate) -> float:
     if cost is None or not cost.verify:
         if c.ctx is None:
             raise ValueError("a candidate needs measured costs or a roofline context (ctx)")
-        ratio = config_cost(c.caps, c.config, c.ctx, c.batch).step_ratio
-        share = _share(c)
-        if share >= 1.0:
-            return ratio
         # Steps that find nothing to draft cost a plain step: the model's ratio holds for the rest.
-        f = draft_step_share(share, drafted_length(c))
-        return f * ratio + (1.0 - f)
-    f = draft_step_share(cost.draft_share, drafted_length(c)) if cost.draft_share < 1.0 else 1.0
+        f = _drafting(c, _share(c))
+        return f * config_cost(c.caps, c.config, c.ctx, c.batch).step_ratio + (1.0 - f)
+    f = _drafting(c, cost.draft_share)
     m = 1.0 + cost.nodes_per_token * c.nodes
     b = float(c.batch)
     plain = curve_ratio(cost.verify, b)
@@ -267,14 +263,18 @@ def _points_at_batch(c: Candidate, cost: CostEvidence, ratio: float) -> float:
     factor at every batch. Before this, a ratio measured at concurrency 1 held at every batch, so a
     CPU deployment whose verify goes compute-bound at four sequences kept its batch-1 gain at 512.
     """
-    b0 = cost.step_points_batch
-    if c.ctx is None or c.batch == b0:
+    b0, f = cost.step_points_batch, _drafting(c, cost.draft_share)
+    if c.ctx is None or c.batch == b0 or f <= 0:
         return ratio
     scale = (config_cost(c.caps, c.config, c.ctx, c.batch).step_ratio
              / config_cost(c.caps, c.config, c.ctx, b0).step_ratio)
-    f = draft_step_share(cost.draft_share, drafted_length(c)) if cost.draft_share < 1.0 else 1.0
-    drafting = (ratio - (1.0 - f)) / f if f > 0 else ratio
-    return max(f * drafting * scale + (1.0 - f), 1.0) if f > 0 else ratio
+    # ratio = f * drafting + (1 - f): only the drafting steps' part, f * drafting, is scaled.
+    return max((ratio - (1.0 - f)) * scale + (1.0 - f), 1.0)
+
+
+def _drafting(c: Candidate, share: float) -> float:
+    """f, the share of steps that draft, from φ (:func:`draft_step_share`; 1 when every step drafts)."""
+    return draft_step_share(share, drafted_length(c)) if share < 1.0 else 1.0
 
 
 def tree_width(c: Candidate, curve: Sequence[tuple[float, float]]) -> float:

@@ -60,15 +60,13 @@ class AnchoredStepCost(StepCost):
     measured_at: int = 1
 
 
-def with_ratio(cost: StepCost, ratio: float, **extra: object) -> StepCost:
-    """``cost`` with draft and verify seconds scaled so that its step ratio is ``ratio``; with
-    ``extra`` (``levels``, ``source``) a :class:`MeasuredStepCost`."""
+def with_ratio(cost: StepCost, ratio: float, kind: type[StepCost] = StepCost, **extra: object) -> StepCost:
+    """``cost`` with draft and verify seconds scaled so that its step ratio is ``ratio``, as a
+    ``kind`` (:class:`MeasuredStepCost`, :class:`AnchoredStepCost`) with its own fields in ``extra``."""
     scale = ratio / cost.step_ratio
     values = {f.name: getattr(cost, f.name) for f in fields(StepCost)}
     values.update(draft_seconds=cost.draft_seconds * scale, verify_seconds=cost.verify_seconds * scale)
-    if "measured_at" in extra:
-        return AnchoredStepCost(**values, **extra)  # type: ignore[arg-type]
-    return MeasuredStepCost(**values, **extra) if extra else StepCost(**values)  # type: ignore[arg-type]
+    return kind(**values, **extra)  # type: ignore[arg-type]
 
 
 def cost_source(cost: StepCost | None) -> str:

@@ -25,7 +25,16 @@ from picker.engine.plugins import StrategyPlugin
 from picker.inputs.measurements import TEMPERATURE_MATCH, Cell, Measurements
 from picker.inputs.provenance import costs_transfer
 from picker.inputs.workload import WorkloadProfile
-from picker.recommend.measured_load import MEASURED, cost_source, gain_curves, interpolate, pooled, with_ratio
+from picker.recommend.measured_load import (
+    MEASURED,
+    AnchoredStepCost,
+    MeasuredStepCost,
+    cost_source,
+    gain_curves,
+    interpolate,
+    pooled,
+    with_ratio,
+)
 from picker.recommend.table import Alpha, Bucket, BucketKey, Option, Speedups, buckets, pinned
 from policies import (
     Candidate,
@@ -185,7 +194,8 @@ class Scorer:
             ratio = interpolate(points, batch)
             if ratio is not None:
                 levels = tuple(level for level, _ in points)
-                cost = with_ratio(cost, ratio, levels=levels, source=getattr(self.measurements, "source", ""))
+                cost = with_ratio(cost, ratio, MeasuredStepCost, levels=levels,
+                                  source=getattr(self.measurements, "source", ""))
             costs[batch] = cost
         return cost
 
@@ -211,7 +221,7 @@ class Scorer:
                     anchor = cand.evidence.cost.step_points_batch if cand.evidence.cost.step_points else 1
             total = sum(w for w, _ in pairs)
             memo[batch] = cost if anchor is None or total <= 0 else with_ratio(
-                cost, sum(w * r for w, r in pairs) / total, measured_at=anchor)
+                cost, sum(w * r for w, r in pairs) / total, AnchoredStepCost, measured_at=anchor)
         return memo[batch]
 
     def model_cost(self, option: Option, batch: int) -> StepCost:
