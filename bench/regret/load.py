@@ -42,7 +42,7 @@ import yaml
 from bench.regret.data import zoo_profile_data
 from picker.engine.plugins import load_strategies
 from picker.inputs.measurements import Measurements, load_measurements, parse_tree_label
-from picker.inputs.workload import load_profile
+from picker.inputs.workload import WorkloadProfile, load_profile
 from picker.recommend.decide import decide
 from picker.recommend.options import options_for
 from picker.recommend.pipeline import score_workload
@@ -95,12 +95,11 @@ def what_runs(rec: dict[str, Any], batch: int, temperature: float) -> tuple[Key,
     return (d["strategy"], k, None), "chain" if not tree else f"tree shortened to a chain of {k}"
 
 
-def choose(profile: Path, measurements: Measurements, est: Any, grid: list[Key]) -> dict[str, Any]:
+def choose(prof: WorkloadProfile, measurements: Measurements, est: Any, grid: list[Key]) -> dict[str, Any]:
     """``picker.recommend``'s scoring and decision (``score_workload``, ``decide``) over exactly the
     configurations the sweep measured, with the measured step costs (as ``specpick recommend
     --policy`` scores a policy trained on them: the reference loop is no serving engine, so without
     that the profile's engine label would price the steps)."""
-    prof = load_profile(profile)
     sc = Scorer(prof, measurements, est, measured_costs=True)
     plugins = load_strategies()
     like = {o.plugin.name: o for o in options_for(prof, plugins, sc.ctx.target) if not o.config.is_tree}
@@ -139,11 +138,10 @@ def main() -> int:
         doc["model"]["name"] = measured_model  # the deployment is the model the profile measured
         path = a.out / f"{doc['name']}.yaml"
         path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
-        est = None
-        if not a.analytic:
-            ok, _ = policy.covers("cpu", doc["engine"]["name"], load_profile(path).model_shape().params)
-            est = policy.estimator if ok else None
-        rec = choose(path, measurements, est, [k for k in grid if k != PLAIN])
+        prof = load_profile(path)  # read back as recommend reads it: the schema validates the document
+        ok, _ = policy.covers(prof.hardware.gpu, prof.engine.name, prof.model_shape().params)
+        est = policy.estimator if ok and not a.analytic else None
+        rec = choose(prof, measurements, est, [k for k in grid if k != PLAIN])
         choice, why = what_runs(rec, batch, temp)
         best = max(grid, key=lambda k: grid[k])
         defaults = {name: grid[k] for name, k in DEFAULTS.items() if k in grid}

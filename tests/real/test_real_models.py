@@ -120,14 +120,15 @@ def chat_ids(tok: Any, prompt: Prompt | str) -> list[int]:
     return encode_prompt(tok, prompt, template=True)
 
 
-def speculators(target: TorchBackend, draft: TorchBackend, layouts: dict[str, Layout]) -> dict[str, Speculator]:
+def speculators(target: TorchBackend, draft: TorchBackend, layouts: dict[str, Layout],
+                names: tuple[str, ...] = STRATEGIES) -> dict[str, Speculator]:
     """Each strategy's drafter on ``target`` (vanilla drafting with ``draft``), bound to its capabilities."""
     plugins = load_strategies(only_builtin=True)
     artifacts = {"draft_model": layouts["draft"].hf}
     return {name: bind(build_drafter(plugins[name], target, artifacts,
                                      {"draft_backend": draft} if name == "vanilla" else {}),
                        plugins[name].capabilities)
-            for name in STRATEGIES}
+            for name in names}
 
 
 @pytest.mark.parametrize("role", ["target", "draft"])
@@ -264,7 +265,7 @@ def draws(spec: Speculator, target: ReplayBackend, ids: list[int], k: int, seed:
 def test_sampled_tokens_follow_the_target_distribution(
         name: str, batch: int, replay: dict[str, ReplayBackend], layouts: dict[str, Layout],
         dist_ids: list[int], bins: dict[tuple[int, ...], float]) -> None:
-    spec = speculators(replay["target"], replay["draft"], layouts)[name]
+    spec = speculators(replay["target"], replay["draft"], layouts, (name,))[name]
     samples = draws(spec, replay["target"], dist_ids, K, seed=3, batch=batch)
     pvalue, dof = chi_square(samples, bins)
     print(f"\n{name} batch {batch}: chi-square p = {pvalue:.3g} over {dof} dof, K = {K}")
@@ -278,7 +279,7 @@ def test_a_loop_that_skips_the_residual_fails_on_the_real_pair(
     """The control: with the planted bug the same test at the same K must fail, or it has no power here."""
     monkeypatch.setattr(picker.engine.loop, "verify_sample_chain", chain_skipping_residual)
     monkeypatch.setattr(picker.engine.loop, "verify_sample_tree", tree_skipping_residual)
-    spec = speculators(replay["target"], replay["draft"], layouts)[name]
+    spec = speculators(replay["target"], replay["draft"], layouts, (name,))[name]
     pvalue, dof = chi_square(draws(spec, replay["target"], dist_ids, K, seed=3, batch=1), bins)
     print(f"\nplanted bug, {name}: chi-square p = {pvalue:.3g} over {dof} dof, K = {K}")
     assert pvalue < PLANTED_LEVEL, f"the planted bug went unnoticed on {name}: p = {pvalue:.2e} over {dof} dof"
