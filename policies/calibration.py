@@ -97,6 +97,11 @@ class Constants(_Strict):
     flops_efficiency: float | None = Field(default=None, gt=0, le=EFFICIENCY_RANGE[1])
     fixed_s: float = Field(ge=0)
     launch_s_per_layer: float = Field(default=0.0, ge=0)
+    # The reference loop's own costs (``gpu_calibrate.py --forward reference``), None when not measured.
+    draft_fixed_s: float | None = Field(default=None, ge=0)
+    lookup_s_per_seq: float | None = Field(default=None, ge=0)
+    host_s_per_seq: float | None = Field(default=None, ge=0)
+    spec_host_s_per_seq: float | None = Field(default=None, ge=0)
 
 
 class FitQuality(_Strict):

@@ -162,7 +162,9 @@ def step_cost(
         steps = 1
     elif kind == "in_forward":
         steps = 0  # the guesses ride in the verify forward: its extra tokens are the whole cost
-    return StepCost(kind, draft_s, verify_cost.seconds, plain, n_draft, num_verify_tokens,
+    host_s = batch * profile.host_s_per_seq  # per-sequence sampling and emitting, every step
+    spec_s = batch * profile.spec_host_s_per_seq if n_draft > 0 else 0.0  # per-sequence verify and rollback
+    return StepCost(kind, draft_s, verify_cost.seconds + host_s + spec_s, plain + host_s, n_draft, num_verify_tokens,
                     steps, verify_cost.bound)
 
 

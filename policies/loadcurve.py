@@ -72,6 +72,8 @@ class EngineCurve:
     allreduce_s: float  # latency of one allreduce (two per decoder layer under TP)
     spec_overhead_base: float  # speculative path overhead at concurrency 1, fraction of a plain step
     spec_overhead_per_log_c: float  # its growth per e-fold of concurrency
+    host_s_per_seq: float  # host work of every decode step per sequence (sampling, emitting), outside the forward
+    spec_host_s_per_seq: float  # host work of a speculative step per sequence (verify, rollback), beyond plain's
     capture: tuple[int, ...]  # CUDA-graph sizes (empty: eager engine)
     pad_on: Literal["tokens", "batch"]  # what the graph sizes count
     provenance: tuple[tuple[str, str], ...]  # (constant, "fitted: ... | assumption: ...")
@@ -330,6 +332,9 @@ def load_step_cost(
     plain = forward(target, hw, batch, batch, context_len, curve, num_devices)
     verify = forward(target, hw, batch * num_verify_tokens, batch, context_len, curve, num_devices)
     overhead = spec_overhead_fraction(curve, batch) * plain.seconds
+    if n_draft:  # an eager loop verifies and rolls back sequence by sequence on the host
+        overhead += batch * curve.spec_host_s_per_seq
+    host = batch * curve.host_s_per_seq  # every step, plain or speculative, pays it
     steps = tree_depth if tree_depth is not None else n_draft
     if kind in ("heads", "cpu_lookup"):
         steps = 1 if n_draft else 0
@@ -338,7 +343,7 @@ def load_step_cost(
     draft_s = draft_seconds(kind, target, hw, batch, n_draft, steps, context_len, curve, draft,
                             num_devices, draft_context_len)
     return LoadStepCost(
-        kind, draft_s, verify.seconds + overhead, plain.seconds, n_draft, num_verify_tokens, steps,
+        kind, draft_s, verify.seconds + overhead + host, plain.seconds + host, n_draft, num_verify_tokens, steps,
         bound=verify.bound,
         regime=verify.regime, plain_regime=plain.regime, padded_tokens=verify.padded_tokens,
         spec_overhead_seconds=overhead, engine=curve.name, constants=curve.provenance,

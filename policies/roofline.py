@@ -142,6 +142,8 @@ class EngineProfile:
     lookup_s_per_seq: float  # host-side n-gram / prompt lookup per sequence per step
     tp_efficiency: float  # fraction of linear scaling kept per device under tensor parallelism
     status: str  # where the numbers come from
+    host_s_per_seq: float = 0.0  # host work of any decode step per sequence (policies.loadcurve)
+    spec_host_s_per_seq: float = 0.0  # host work of a speculative step per sequence, beyond that
 
 
 # One table for every engine constant. ALL values are ASSUMPTIONS to be calibrated from measured

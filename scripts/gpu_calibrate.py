@@ -76,6 +76,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--forward", choices=("hf", "reference"), default="hf",
                    help="time plain HF forwards with a DynamicCache, or the reference engine's own batched "
                         "verify forward (picker.engine.backend.TorchBackend.run over B rows of k tokens)")
+    p.add_argument("--uneven", action="store_true",
+                   help="with --forward reference: rows at different cache lengths (3/4 to all of --contexts), as served")
+    p.add_argument("--draft", type=Path, default=None,
+                   help="with --forward reference: a draft model folder whose forwards set draft_fixed_s")
+    p.add_argument("--loop-tokens", type=int, default=16,
+                   help="with --forward reference: new tokens per sequence of the serve() runs that time the "
+                        "speculative path's host work (spec_host_s_per_seq)")
     p.add_argument("--out", type=Path, required=True)
     return p.parse_args(argv)
 
@@ -174,16 +181,20 @@ def time_point_reference(model: PreTrainedModel, args: argparse.Namespace, batch
     gen = torch.Generator().manual_seed(args.seed + batch * 7919 + context)
     backend = TorchBackend(model, rows=batch)
     rows = tuple(range(batch))
+    # Served sequences are never all of one length: rows hold context down to 3/4 of it (evenly
+    # spread), so the forward pays for per-row starts and masks as the loop's does.
+    lengths = [context - (r * context) // (4 * batch) for r in rows] if args.uneven else [context] * batch
 
-    def plans(start: int, width: int) -> BatchForward:
-        ids = torch.randint(vocab, (batch, width), generator=gen).tolist()
-        return BatchForward(rows, tuple(plan_forward(start, r[:1] if start else r, TokenTree.from_chain(
-            r[1:] if start else ())) for r in ids))
+    def plans(prefill: bool, width: int) -> BatchForward:
+        ids = [torch.randint(vocab, (n if prefill else width,), generator=gen).tolist() for n in lengths]
+        return BatchForward(rows, tuple(
+            plan_forward(0, r, TokenTree.from_chain(())) if prefill
+            else plan_forward(n, r[:1], TokenTree.from_chain(r[1:])) for n, r in zip(lengths, ids)))
 
-    backend.run(plans(0, context))  # the prefill
+    backend.run(plans(True, 0))  # the prefill
     points = []
     for k in tokens:
-        batch_forward, times = plans(context, k), []
+        batch_forward, times = plans(False, k), []
         for i in range(args.warmup + args.repeats):
             _sync(args.device)
             start = time.perf_counter()
@@ -196,6 +207,89 @@ def time_point_reference(model: PreTrainedModel, args: argparse.Namespace, batch
     return points
 
 
+class FixedChainDrafter:
+    """Proposes ``k`` copies of one token at every step: the speculative path at its full width
+    (verification of k nodes, rollback of the rejected ones) with no drafting cost of its own."""
+
+    def __init__(self, k: int, token: int = 0) -> None:
+        self.k, self.token = k, token
+
+    def fork(self) -> FixedChainDrafter:
+        return FixedChainDrafter(self.k, self.token)
+
+    def propose(self, ctx: Any) -> Any:
+        from picker.engine.drafting import Draft
+        from picker.engine.tree import TokenTree
+
+        return Draft(TokenTree.from_chain([self.token] * min(self.k, ctx.max_draft)), p=None)
+
+
+@torch.no_grad()
+def host_seconds(model: PreTrainedModel, args: argparse.Namespace, batch: int, context: int,
+                 k: int) -> tuple[float, float]:
+    """(plain, extra) host seconds per step of the reference loop: ``serve()`` itself, plain and
+    with a k-token fixed chain, each step's wall time less the target's forward time
+    (``TorchBackend.forward_seconds``); ``extra`` is what the speculative step spends beyond the
+    plain one (medians of ``--repeats`` runs of ``--loop-tokens`` steps each)."""
+    from picker.engine.backend import TorchBackend
+    from picker.engine.drafting import bind
+    from picker.engine.loop import serve
+
+    gen = torch.Generator().manual_seed(args.seed + batch * 104729 + context)
+    prompts = torch.randint(model.config.vocab_size, (batch, context), generator=gen).tolist()
+    backend = TorchBackend(model, rows=batch)
+
+    def host_per_step(speculator: Any) -> float:
+        runs = []
+        for i in range(args.warmup + args.repeats):
+            out = serve(backend, prompts, speculator, concurrency=batch, max_new_tokens=args.loop_tokens,
+                        max_draft=k)
+            if i >= args.warmup:  # the prefill step is a forward like any other: it cancels in the difference
+                runs.append((out.seconds - out.forward_seconds) / out.steps)
+        return statistics.median(runs)
+
+    plain = host_per_step(None)
+    return plain, max(host_per_step(bind(FixedChainDrafter(k))) - plain, 0.0)
+
+
+def lookup_seconds(args: argparse.Namespace, context: int, vocab: int, n: int = 4) -> float:
+    """Seconds of one prompt-lookup step on one sequence (the ngram plugin's own drafter, built
+    from its declared options): index the new token, look the suffix up, build an n-token chain.
+    The context repeats a 16-token block, so every lookup finds a match (the full cost)."""
+    from picker.engine.drafting import DraftContext, SamplingParams
+    from picker.engine.plugins import load_strategies
+    from picker.engine.runtime import build_drafter
+
+    plugin = load_strategies()["ngram"]
+    options, max_draft = plugin.draft_options.chain(n)
+    drafter = build_drafter(plugin, None, {}, options)
+    gen = torch.Generator().manual_seed(args.seed + context)
+    block = torch.randint(vocab, (16,), generator=gen).tolist()
+    seq = (block * (context // 16 + 1))[:context]
+    drafter.reset(list(seq))
+    steps, rng = 200, None
+    start = time.perf_counter()
+    for i in range(steps):
+        seq.append(block[(len(seq)) % 16])  # the emitted token, then the next lookup
+        drafter.propose(DraftContext(seq, context, SamplingParams(), rng, max_draft, None))
+    return (time.perf_counter() - start) / steps
+
+
+def draft_fixed_seconds(draft: PreTrainedModel, args: argparse.Namespace, fitted: dict[str, float],
+                        hw: Any, dtype: torch.dtype) -> tuple[float, list[TimingPoint]]:
+    """The draft model's fixed seconds per forward: its 1-token forwards on the reference backend,
+    less what the load curve, with the target's fitted constants, charges for its bytes and FLOPs."""
+    from policies.loadcurve import engine_curve, forward
+
+    shape = measured_shape(draft, dtype, str(args.draft))
+    curve = engine_curve("hf", {**fitted, "draft_fixed_s": 0.0}, label="fitted here")
+    points = [p for context in args.contexts for batch in args.batches
+              for p in time_point_reference(draft, args, batch, context, [1])]
+    residual = [p.seconds - forward(shape, hw, p.batch, p.batch, p.context_len, curve, role="draft").seconds
+                for p in points]
+    return max(statistics.median(residual), 0.0), points
+
+
 def guess_hardware(device_name: str) -> str | None:
     """Catalog key for a CUDA device name ("NVIDIA H100 80GB HBM3" -> h100-sxm): drop the vendor
     words, then try ever shorter prefixes of what is left against the catalog and its aliases."""
@@ -206,6 +300,26 @@ def guess_hardware(device_name: str) -> str | None:
         if key is not None:
             return key
     return None
+
+
+def reference_loop_constants(model: PreTrainedModel, args: argparse.Namespace, fitted: dict[str, float],
+                             hw: Any, dtype: torch.dtype) -> dict[str, float]:
+    """host_s_per_seq and spec_host_s_per_seq (host seconds over sequences, the whole grid), lookup_s_per_seq (median
+    over contexts) and, with ``--draft``, draft_fixed_s (median over the grid)."""
+    grid = [(b, c) for c in args.contexts for b in args.batches]
+    host = [host_seconds(model, args, b, c, 4) for b, c in grid]
+    # Σ host time / Σ sequences: per step it is partly fixed (the forward's fixed_s holds the fixed
+    # part of a plain step), and the large batches are where it counts.
+    seqs = sum(b for b, _ in grid)
+    out = {"host_s_per_seq": sum(p for p, _ in host) / seqs, "spec_host_s_per_seq": sum(e for _, e in host) / seqs,
+           "lookup_s_per_seq": statistics.median(lookup_seconds(args, c, model.config.vocab_size)
+                                                 for c in args.contexts)}
+    print("host per step, plain / speculative extra (us): "
+          + ", ".join(f"B={b} L={c}: {p * 1e6:.0f} / {e * 1e6:.0f}" for (b, c), (p, e) in zip(grid, host)), file=sys.stderr)
+    if args.draft is not None:
+        draft = AutoModelForCausalLM.from_pretrained(args.draft, dtype=dtype).to(args.device).eval()
+        out["draft_fixed_s"], _ = draft_fixed_seconds(draft, args, fitted, hw, dtype)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -236,10 +350,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"B={batch:4d} L={context:6d} k={last.tokens_per_seq:3d}: {last.seconds * 1e3:8.3f} ms",
                   file=sys.stderr)
     fit = fit_engine_constants(points, shape, hw)
+    loop_note = ""
+    if args.forward == "reference":  # the reference loop's own costs beside its forward
+        fit.constants.update(reference_loop_constants(model, args, fit.constants, hw, dtype))
+        loop_note = ("; host_s_per_seq and spec_host_s_per_seq from serve(), plain and with a 4-token fixed chain; lookup_s_per_seq "
+                     "from the ngram drafter" + (", draft_fixed_s from the draft's 1-token forwards" if args.draft else ""))
     cal = CalibrationFile(
         engine="hf", device=device_name,
         method=(("reference engine (TorchBackend.run, batched verify forward)" if args.forward == "reference"
-                 else "HF forward + DynamicCache") + f", {dtype}, median of {args.repeats} after {args.warmup} warm-up"),
+                 else "HF forward + DynamicCache") + f", {dtype}, median of {args.repeats} after {args.warmup} warm-up"
+                + loop_note),
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         hardware=HardwareRecord(name=hw.name, memory_bandwidth_gbps=hw.memory_bandwidth_gbps,
                                 bf16_tflops=hw.bf16_tflops),

@@ -20,6 +20,7 @@ from policies.calibration import (
     HardwareRecord,
     ShapeRecord,
     TimingPoint,
+    calibration_for,
     fit_engine_constants,
     load_calibration,
     read_calibration,
@@ -141,3 +142,35 @@ def test_gpu_script_dry_run_on_cpu(tmp_path: Path) -> None:
     assert len(cal.measurements) == 4 and cal.engine == "hf" and "fixed_s" in load_calibration(out)
     assert script.guess_hardware("NVIDIA H100 80GB HBM3") == "h100-sxm"
     assert script.guess_hardware("NVIDIA H200") == "h200"
+
+
+def test_reference_loop_constants_are_measured_from_serve(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    """``--forward reference`` times the loop itself: its host work per sequence (plain, and what a
+    speculative step adds), the n-gram lookup, and with ``--draft`` the draft's fixed cost; each
+    lands in the file, applies to the hf curve, and none is carried to another engine."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from policies.loadcurve import engine_curve
+
+    cfg = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                      num_attention_heads=2, num_key_value_heads=1)
+    LlamaForCausalLM(cfg).save_pretrained(tmp_path / "model")
+    LlamaForCausalLM(cfg).save_pretrained(tmp_path / "draft")
+    spec = importlib.util.spec_from_file_location("gpu_calibrate", ROOT / "scripts" / "gpu_calibrate.py")
+    assert spec and spec.loader
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    out = tmp_path / "cal.json"
+    assert script.main(["--model", str(tmp_path / "model"), "--draft", str(tmp_path / "draft"), "--device", "cpu",
+                        "--hardware", "cpu", "--forward", "reference", "--uneven", "--batches", "1,2",
+                        "--tokens", "1,3", "--contexts", "8,16", "--repeats", "1", "--warmup", "0",
+                        "--loop-tokens", "4", "--out", str(out)]) == 0
+    cal = read_calibration(out)
+    loop = ("host_s_per_seq", "spec_host_s_per_seq", "lookup_s_per_seq", "draft_fixed_s")
+    values = cal.overrides()
+    assert all(values[k] > 0 for k in ("host_s_per_seq", "lookup_s_per_seq")), values
+    assert all(k in values for k in loop) and "serve()" in cal.method
+    curve = engine_curve("hf", calibration_for(out, "hf").overrides, label="cal")
+    assert curve.host_s_per_seq == values["host_s_per_seq"] and curve.lookup_s_per_seq == values["lookup_s_per_seq"]
+    assert not set(loop) & set(calibration_for(out, "vllm").overrides)  # the loop's, not the GPU's

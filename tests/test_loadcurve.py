@@ -177,3 +177,20 @@ def test_shipped_knee_is_what_its_gemm_fit_gives() -> None:
 
     err, _, _, p = fit()
     assert p == engine_curve("vllm").knee_p and err < 0.03  # vLLM PR #49363, 9 GEMM timings
+
+
+def test_host_work_per_sequence_is_paid_by_every_step_and_the_speculative_path() -> None:
+    """An eager loop's host work: ``host_s_per_seq`` on plain and speculative steps alike (so it
+    dilutes the verify forward's rise), ``spec_host_s_per_seq`` only where something was drafted."""
+    from policies.loadcurve import with_constants
+
+    base = engine_curve("hf")
+    loop = with_constants(base, host_s_per_seq=1e-4, spec_host_s_per_seq=5e-5)
+    for batch in (1, 16):
+        a = load_step_cost("cpu_lookup", LLAMA8B, H100, batch, 4, 5, 512, base)
+        b = load_step_cost("cpu_lookup", LLAMA8B, H100, batch, 4, 5, 512, loop)
+        assert b.plain_seconds - a.plain_seconds == pytest.approx(batch * 1e-4)
+        assert b.verify_seconds - a.verify_seconds == pytest.approx(batch * 1.5e-4)
+    off = load_step_cost("cpu_lookup", LLAMA8B, H100, 16, 0, 1, 512, loop)
+    assert off.verify_seconds == pytest.approx(off.plain_seconds)  # nothing drafted: a plain step
+    assert base.host_s_per_seq == base.spec_host_s_per_seq == 0.0  # assumptions until calibrated
