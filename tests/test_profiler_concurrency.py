@@ -165,6 +165,9 @@ def test_reference_engine_profiles_and_sweeps_under_load(tmp_path: Path) -> None
             assert one[key] == two[key], (strategy, key)
         assert two["throughput_gain_vs_plain"] is not None
     assert {r.source for r in records_of(out) if r.cell.concurrency == 2} == {"torch-batched"}
+    # One prompt set at every level: the same prompt tokens prefilled, one at a time or batched.
+    fed = {(r.cell.concurrency, r.prompt_ids): r.extra["prompt_tokens"] for r in records_of(out)}
+    assert all(n > 0 and fed[(1, ids)] == n for (_, ids), n in fed.items() if (1, ids) in fed)
     assert len(summary["load"]) == 2
     sweep = tmp_path / "s"
     result = runner.invoke(app, ["sweep", "--out", str(sweep), "--strategies", "ngram", "--tasks", "code",

@@ -51,6 +51,7 @@ def test_self_draft_accepts_everything_and_counts_add_up(tiny: Path, tmp_path: P
         # Each forward emits its accepted drafts plus one token; the last may be cut at max tokens.
         assert r.tokens <= r.accepted + r.forwards and r.steps == r.forwards - 1
         assert r.source == "torch-loop" and r.tokens == 12
+        assert r.extra["prompt_tokens"] > 0  # what was prefilled: the load bench prices it
     assert {(b["task"], b["temperature"]) for b in summary["baselines"]} == \
         {(t, temp) for t in ("math", "structured") for temp in (0.0, 1.0)}
     if importlib.util.find_spec("matplotlib") is not None:  # the optional `plot` extra

@@ -36,7 +36,8 @@ from picker.inputs.hardware import get_hardware
 from picker.inputs.workload import estimate_params, shape_from_hf_config
 from picker.profiler.load import crossover
 from policies.calibration import calibration_for, read_calibration
-from policies.loadcurve import EngineCurve, engine_curve, load_step_cost
+from policies.costmodel import eagle_layer_shape
+from policies.loadcurve import EngineCurve, engine_curve, forward, load_step_cost
 from policies.roofline import ModelShape
 
 CONTEXT = 64  # tokens in cache, about a zoo prompt plus half its output
@@ -104,8 +105,52 @@ def drafting(cells: Sequence[dict[str, Any]], entry: dict[str, Any], level: int)
     return 1.0, n
 
 
+@dataclass(frozen=True)
+class Workload:
+    """What one profiled wave decodes: mean prompt tokens per generation and new tokens each.
+
+    A profiled gain is a throughput ratio over whole waves, prefill included (``picker.profiler``
+    times a wave from its first admission to its last finish), so the prefill is priced too.
+    ``prompt_tokens`` is None for runs recorded before records carried it: then only decode steps
+    are priced, at :data:`CONTEXT`.
+    """
+
+    prompt_tokens: float | None
+    new_tokens: int
+
+    @property
+    def context(self) -> int:
+        """KV length of a decode step: the prompt plus half the output, on average."""
+        return CONTEXT if self.prompt_tokens is None else int(self.prompt_tokens + self.new_tokens / 2)
+
+
+def workloads(run: Path) -> dict[str, Workload]:
+    """Per task, the run's mean prompt tokens per generation (``extra.prompt_tokens`` of its records)."""
+    new = int(json.loads((run / "run.json").read_text()).get("max_new_tokens") or 32)
+    fed: dict[str, list[float]] = {}
+    with open(run / "records.jsonl", encoding="utf-8") as fh:
+        for line in fh:
+            r = json.loads(line)
+            n = r.get("extra", {}).get("prompt_tokens")
+            if n is not None:
+                fed.setdefault(r["cell"]["task"], []).append(n / max(int(r["extra"].get("turns", 1)), 1))
+    return {task: Workload(statistics.fmean(v), new) for task, v in fed.items()}
+
+
+def prefill_seconds(kind: str, target: ModelShape, draft: ModelShape | None, hw: Any, curve: EngineCurve,
+                    c: int, prompt: float) -> tuple[float, float]:
+    """(target prefill, drafter prefill) of ``c`` prompts at once: one forward over c × prompt
+    tokens; a draft model and an EAGLE layer prefill the prompt too, heads and lookups do not."""
+    tokens = max(round(c * prompt), 1)
+    ctx = int(prompt / 2)  # attention over the prompt itself, half of it on average
+    t = forward(target, hw, tokens, c, ctx, curve).seconds
+    shape = draft if kind == "draft_model" else eagle_layer_shape(target) if kind == "target_layer" else None
+    d = forward(shape, hw, tokens, c, ctx, curve, role="draft").seconds if shape is not None else 0.0
+    return t, d
+
+
 def predict(entry: dict[str, Any], target: ModelShape, draft: ModelShape | None, curve: EngineCurve,
-            hw: Any, cells: Sequence[dict[str, Any]] = ()) -> CurveCheck:
+            hw: Any, cells: Sequence[dict[str, Any]] = (), work: Workload = Workload(None, 32)) -> CurveCheck:
     levels = tuple(int(c) for c, _ in entry["gain"])
     measured = tuple(float(g) for _, g in entry["gain"])
     n = int(entry["num_draft_tokens"])
@@ -113,20 +158,31 @@ def predict(entry: dict[str, Any], target: ModelShape, draft: ModelShape | None,
     depth = _tree_depth(tree) if tree else None
     kind = _kind(entry["strategy"])
     share, nodes = drafting(cells, entry, levels[0])
+    steps_plain = max(work.new_tokens - 1, 1)  # the prefill emits the first token
 
     def spec(c: int, m: int) -> tuple[float, float]:  # (t_plain, t_draft + t_verify) verifying m nodes
-        cost = load_step_cost(kind, target, hw, c, max(m, 1), max(m, 1) + 1, CONTEXT, curve,  # type: ignore[arg-type]
+        cost = load_step_cost(kind, target, hw, c, max(m, 1), max(m, 1) + 1, work.context, curve,  # type: ignore[arg-type]
                               draft if kind == "draft_model" else None, depth)
         return cost.plain_seconds, cost.draft_seconds + cost.verify_seconds
 
-    def ratio(c: int) -> float:  # t_plain / t_step at concurrency c, steps that draft mixed with ones that do not
+    def parts(c: int) -> tuple[float, float, float, float]:
+        """(target prefill, drafter prefill, plain step, mean speculative step) at concurrency c."""
         lo = math.floor(nodes)
         plain, t_lo = spec(c, lo)
         t_n = t_lo + (nodes - lo) * (spec(c, lo + 1)[1] - t_lo)  # linear between whole node counts
-        return plain / (share * t_n + (1.0 - share) * plain)
+        pf, pd = (prefill_seconds(kind, target, draft, hw, curve, c, work.prompt_tokens)
+                  if work.prompt_tokens is not None else (0.0, 0.0))
+        return pf, pd, plain, share * t_n + (1.0 - share) * plain  # steps that draft mixed with ones that do not
 
-    length = measured[0] / ratio(levels[0])  # E[L] fixed at the smallest level
-    predicted = tuple(length * ratio(c) for c in levels)
+    def gain(c: int, length: float) -> float:  # one wave of c requests: plain time / speculative time
+        pf, pd, plain, step = parts(c)
+        return (pf + steps_plain * plain) / (pf + pd + steps_plain / length * step)
+
+    # E[L] (tokens per decode step) fixed at the smallest level: solve gain(c0, L) = measured.
+    pf, pd, plain, step = parts(levels[0])
+    room = (pf + steps_plain * plain) / measured[0] - pf - pd
+    length = steps_plain * step / room if room > 0 else math.inf
+    predicted = tuple(gain(c, length) for c in levels)
     key = f"{entry['task']} T={entry['temperature']:g} {entry['strategy']} N={n}" + (f" tree={tree}" if tree else "")
     return CurveCheck(key, levels, measured, predicted, crossover(list(zip(levels, measured))),
                       crossover(list(zip(levels, predicted))))
@@ -149,6 +205,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--engine", default="hf")
     ap.add_argument("--hardware", default="cpu")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--decode-only", action="store_true",
+                    help="price decode steps only, at a fixed context (the first version of this bench)")
     args = ap.parse_args(argv)
     target = read_calibration(args.calibration).model.to_shape()
     # The rule recommend and estimate apply: every constant for the engine the file was measured on,
@@ -162,8 +220,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         run, _, only = spec.partition(":")
         summary = json.loads((Path(run) / "summary.json").read_text())
         keep = set(only.split(",")) if only else None
-        checks += [predict(e, target, draft, curve, hw, summary["cells"]) for e in summary.get("load", [])
-                   if len(e["gain"]) > 1 and (keep is None or e["strategy"] in keep)]
+        work = workloads(Path(run)) if not args.decode_only else {}
+        checks += [predict(e, target, draft, curve, hw, summary["cells"], work.get(e["task"], Workload(None, 32)))
+                   for e in summary.get("load", []) if len(e["gain"]) > 1 and (keep is None or e["strategy"] in keep)]
     checks.sort(key=lambda c: c.key)
     _print(checks)
     if args.json:

@@ -158,6 +158,7 @@ class TorchSource:
         counters: dict[str, list[dict[str, Any]]] = {p.id: [] for p in prompts}
         tokens = dict.fromkeys(history, 0)
         seconds = dict.fromkeys(history, 0.0)
+        fed = dict.fromkeys(history, 0)  # prompt tokens prefilled, every turn (the load bench prices the prefill)
         for turn in range(max(len(p.turns) for p in prompts)):
             batch = [p for p in prompts if turn < len(p.turns)]
             ids = [self._encode(p, turn, history[p.id], params.max_new_tokens, cell.num_draft_tokens) for p in batch]
@@ -167,6 +168,7 @@ class TorchSource:
                         max_draft=max_draft, rng=rng, eos_token_id=None if params.ignore_eos else self.eos, tokenizer=self.tokenizer,
                            observer=probe)
             for i, (p, gen) in enumerate(zip(batch, run.generations)):
+                fed[p.id] += len(ids[i])
                 history[p.id].append(gen.text or "")
                 tokens[p.id] += len(gen.tokens)
                 seconds[p.id] += gen.stats.seconds
@@ -181,7 +183,7 @@ class TorchSource:
                          sib_accepted=tuple(round(x, 6) for x in c["sib_accepted"]),
                          wall_s=seconds[p.id], source="torch-batched",
                          extra={"turns": len(p.turns), "concurrency": cell.concurrency,
-                                "prompt_format": self.prompt_format})
+                                "prompt_format": self.prompt_format, "prompt_tokens": fed[p.id]})
 
     def _rows(self, rows: int) -> Any:
         """The target with a cache of ``rows`` sequences (weights shared), built once per level."""
@@ -214,11 +216,12 @@ class TorchSource:
         # One seeded stream per (prompt, cell): reruns reproduce, cells never share draws.
         rng = np.random.default_rng([params.seed, zlib.crc32(prompt.id.encode()), zlib.crc32(cell.id.encode())])
         history: list[str] = []
-        tokens, turns_counters = 0, []
+        tokens, fed, turns_counters = 0, 0, []
         start = time.perf_counter()
         probe_s = 0.0
         for turn in range(len(prompt.turns)):
             ids = self._encode(prompt, turn, history, params.max_new_tokens, cell.num_draft_tokens)
+            fed += len(ids)
             # Tree-capable drafters run as chains here; the probe measures what their siblings would add.
             probe = SiblingProbe(SIBLING_RANKS) if caps is not None and caps.tree else None
             gen = generate(self.target, ids, bind(drafter, caps), sampling=SamplingParams(temperature=cell.temperature),
@@ -238,7 +241,7 @@ class TorchSource:
                       sib_reached=tuple(round(x, 6) for x in c["sib_reached"]),
                       sib_accepted=tuple(round(x, 6) for x in c["sib_accepted"]),
                       wall_s=wall, source="torch-loop",
-                      extra={"turns": len(prompt.turns), "prompt_format": self.prompt_format})
+                      extra={"turns": len(prompt.turns), "prompt_format": self.prompt_format, "prompt_tokens": fed})
 
     def _encode(self, prompt: Prompt, turn: int, history: Sequence[str], max_new: int, n_draft: int) -> list[int]:
         """The turn's ids (:class:`PromptRenderer`), cut from the left so prompt + output + one draft
