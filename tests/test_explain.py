@@ -104,3 +104,27 @@ def test_default_recommend_path_stays_free_of_numpy_and_sklearn() -> None:
             "print(sorted(m for m in ('numpy', 'sklearn') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]"
+
+
+def test_plain_recommend_reads_the_verify_curve_beside_the_measurements(tmp_path: Path) -> None:
+    """The sweep's verify curve shapes the measured costs for plain ``recommend`` as for
+    ``--explain``: the same measurements with a steep curve beside them give another plan."""
+    cell = {"task": "code", "strategy": "ngram", "temperature": 0.0, "num_draft_tokens": 2, "tree": None,
+            "alpha": 0.9, "alpha_ci": [0.85, 0.95], "alpha_iid": 0.9, "alpha_iid_ci": [0.85, 0.95],
+            "per_position": [0.9, 0.9], "samples": 20, "draft_tokens": 400, "draft_steps": 200,
+            "decode_steps": 200, "draft_s_per_token": 1e-5, "verify_s_per_step": 0.012,
+            "v_vs_plain_forward": 1.05, "tokens": 600, "seconds": 2.0}
+    meas = tmp_path / "summary.json"
+    meas.write_text(json.dumps({"cells": [cell], "run": {"backend": "vllm"}}))
+    flat = json.loads(_run("--measurements", str(meas), "--format", "json"))
+    steep = [{"tokens": m, "context": 512, "seconds": 0.01 * m ** 1.5} for m in (1, 2, 3, 4, 8, 16)]
+    (tmp_path / "verify_curve.jsonl").write_text("".join(json.dumps(p) + "\n" for p in steep))
+    curved = json.loads(_run("--measurements", str(meas), "--format", "json"))
+    explained = json.loads(_run("--measurements", str(meas), "--explain", "--format", "json"))
+
+    def ngram(plan: dict) -> list:
+        return [(a["num_speculative_tokens"], a["predicted_speedup"]) for a in plan["alternatives"]
+                if a["strategy"] == "ngram"]
+
+    assert ngram(flat) and ngram(curved) != ngram(flat)  # the measured strategy is priced on the curve
+    assert ngram(curved) == ngram(explained) and curved["predicted_speedup"] == explained["predicted_speedup"]

@@ -56,4 +56,8 @@ def recommend(
         write_output(recommend_command(prof, meas, measurements, policy, explain, plot, fmt.value, str(profile),
                                        calibration=cal), out)
         return
-    write_output(render(build(prof, meas, path=str(profile), calibration=cal), fmt.value), out)
+    from picker.inputs.verify_curve import verify_curve_beside
+
+    # The sweep's verify curve beside the measurements, as --explain, --policy and report read it.
+    write_output(render(build(prof, meas, path=str(profile), calibration=cal,
+                              verify_curve=verify_curve_beside(measurements)), fmt.value), out)
