@@ -50,6 +50,7 @@ from policies.calibration import (  # noqa: E402
 from policies.roofline import REFERENCE_SHAPES, ModelShape  # noqa: E402
 
 DTYPE_BYTES = {torch.float32: 4.0, torch.bfloat16: 2.0, torch.float16: 2.0}
+LOOP_CHAIN = 4  # drafts per step of the fixed chain that times the speculative path's host work (N = 4, typical)
 
 
 def _ints(text: str) -> list[int]:
@@ -76,8 +77,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--forward", choices=("hf", "reference"), default="hf",
                    help="time plain HF forwards with a DynamicCache, or the reference engine's own batched "
                         "verify forward (picker.engine.backend.TorchBackend.run over B rows of k tokens)")
-    p.add_argument("--uneven", action="store_true",
-                   help="with --forward reference: rows at different cache lengths (3/4 to all of --contexts), as served")
     p.add_argument("--draft", type=Path, default=None,
                    help="with --forward reference: a draft model folder whose forwards set draft_fixed_s")
     p.add_argument("--loop-tokens", type=int, default=16,
@@ -181,20 +180,16 @@ def time_point_reference(model: PreTrainedModel, args: argparse.Namespace, batch
     gen = torch.Generator().manual_seed(args.seed + batch * 7919 + context)
     backend = TorchBackend(model, rows=batch)
     rows = tuple(range(batch))
-    # Served sequences are never all of one length: rows hold context down to 3/4 of it (evenly
-    # spread), so the forward pays for per-row starts and masks as the loop's does.
-    lengths = [context - (r * context) // (4 * batch) for r in rows] if args.uneven else [context] * batch
 
-    def plans(prefill: bool, width: int) -> BatchForward:
-        ids = [torch.randint(vocab, (n if prefill else width,), generator=gen).tolist() for n in lengths]
-        return BatchForward(rows, tuple(
-            plan_forward(0, r, TokenTree.from_chain(())) if prefill
-            else plan_forward(n, r[:1], TokenTree.from_chain(r[1:])) for n, r in zip(lengths, ids)))
+    def plans(start: int, width: int) -> BatchForward:
+        ids = torch.randint(vocab, (batch, width), generator=gen).tolist()
+        return BatchForward(rows, tuple(plan_forward(start, r[:1] if start else r, TokenTree.from_chain(
+            r[1:] if start else ())) for r in ids))
 
-    backend.run(plans(True, 0))  # the prefill
+    backend.run(plans(0, context))  # the prefill
     points = []
     for k in tokens:
-        batch_forward, times = plans(False, k), []
+        batch_forward, times = plans(context, k), []
         for i in range(args.warmup + args.repeats):
             _sync(args.device)
             start = time.perf_counter()
@@ -267,16 +262,16 @@ def lookup_seconds(args: argparse.Namespace, context: int, vocab: int, n: int = 
     block = torch.randint(vocab, (16,), generator=gen).tolist()
     seq = (block * (context // 16 + 1))[:context]
     drafter.reset(list(seq))
-    steps, rng = 200, None
+    steps = 200
     start = time.perf_counter()
-    for i in range(steps):
-        seq.append(block[(len(seq)) % 16])  # the emitted token, then the next lookup
-        drafter.propose(DraftContext(seq, context, SamplingParams(), rng, max_draft, None))
+    for _ in range(steps):
+        seq.append(block[len(seq) % 16])  # the emitted token, then the next lookup
+        drafter.propose(DraftContext(seq, context, SamplingParams(), None, max_draft, None))
     return (time.perf_counter() - start) / steps
 
 
 def draft_fixed_seconds(draft: PreTrainedModel, args: argparse.Namespace, fitted: dict[str, float],
-                        hw: Any, dtype: torch.dtype) -> tuple[float, list[TimingPoint]]:
+                        hw: Any, dtype: torch.dtype) -> float:
     """The draft model's fixed seconds per forward: its 1-token forwards on the reference backend,
     less what the load curve, with the target's fitted constants, charges for its bytes and FLOPs."""
     from policies.loadcurve import engine_curve, forward
@@ -287,7 +282,7 @@ def draft_fixed_seconds(draft: PreTrainedModel, args: argparse.Namespace, fitted
               for p in time_point_reference(draft, args, batch, context, [1])]
     residual = [p.seconds - forward(shape, hw, p.batch, p.batch, p.context_len, curve, role="draft").seconds
                 for p in points]
-    return max(statistics.median(residual), 0.0), points
+    return max(statistics.median(residual), 0.0)
 
 
 def guess_hardware(device_name: str) -> str | None:
@@ -307,7 +302,7 @@ def reference_loop_constants(model: PreTrainedModel, args: argparse.Namespace, f
     """host_s_per_seq and spec_host_s_per_seq (host seconds over sequences, the whole grid), lookup_s_per_seq (median
     over contexts) and, with ``--draft``, draft_fixed_s (median over the grid)."""
     grid = [(b, c) for c in args.contexts for b in args.batches]
-    host = [host_seconds(model, args, b, c, 4) for b, c in grid]
+    host = [host_seconds(model, args, b, c, LOOP_CHAIN) for b, c in grid]
     # Σ host time / Σ sequences: per step it is partly fixed (the forward's fixed_s holds the fixed
     # part of a plain step), and the large batches are where it counts.
     seqs = sum(b for b, _ in grid)
@@ -318,7 +313,7 @@ def reference_loop_constants(model: PreTrainedModel, args: argparse.Namespace, f
           + ", ".join(f"B={b} L={c}: {p * 1e6:.0f} / {e * 1e6:.0f}" for (b, c), (p, e) in zip(grid, host)), file=sys.stderr)
     if args.draft is not None:
         draft = AutoModelForCausalLM.from_pretrained(args.draft, dtype=dtype).to(args.device).eval()
-        out["draft_fixed_s"], _ = draft_fixed_seconds(draft, args, fitted, hw, dtype)
+        out["draft_fixed_s"] = draft_fixed_seconds(draft, args, fitted, hw, dtype)
     return out
 
 
@@ -353,8 +348,9 @@ def main(argv: list[str] | None = None) -> int:
     loop_note = ""
     if args.forward == "reference":  # the reference loop's own costs beside its forward
         fit.constants.update(reference_loop_constants(model, args, fit.constants, hw, dtype))
-        loop_note = ("; host_s_per_seq and spec_host_s_per_seq from serve(), plain and with a 4-token fixed chain; lookup_s_per_seq "
-                     "from the ngram drafter" + (", draft_fixed_s from the draft's 1-token forwards" if args.draft else ""))
+        loop_note = (f"; host_s_per_seq and spec_host_s_per_seq from serve(), plain and with a {LOOP_CHAIN}-token fixed "
+                     "chain; lookup_s_per_seq from the ngram drafter"
+                     + (", draft_fixed_s from the draft's 1-token forwards" if args.draft else ""))
     cal = CalibrationFile(
         engine="hf", device=device_name,
         method=(("reference engine (TorchBackend.run, batched verify forward)" if args.forward == "reference"

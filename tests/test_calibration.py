@@ -120,20 +120,31 @@ def test_missing_file_and_wrong_engine(tmp_path: Path) -> None:
         load_calibration(path, engine="sglang")
 
 
-@pytest.mark.slow  # imports torch + transformers in a subprocess: ~10 s quiet, ~90 s under load
-def test_gpu_script_dry_run_on_cpu(tmp_path: Path) -> None:
-    """The script's whole path (model, timing loop, cache rewind, fit, file) on a tiny CPU model."""
-    torch = pytest.importorskip("torch")
+def _tiny_llama(folder: Path) -> None:
+    """A random 2-layer Llama saved as a Hugging Face folder (timing does not depend on weights)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
                       num_attention_heads=2, num_key_value_heads=1)
-    LlamaForCausalLM(cfg).save_pretrained(tmp_path / "model")
+    LlamaForCausalLM(cfg).save_pretrained(folder)
+
+
+def _calibrate_script() -> Any:
+    """``scripts/gpu_calibrate.py`` loaded as a module (it is a script, not part of a package)."""
     spec = importlib.util.spec_from_file_location("gpu_calibrate", ROOT / "scripts" / "gpu_calibrate.py")
     assert spec and spec.loader
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
+    return script
+
+
+@pytest.mark.slow  # imports torch + transformers in a subprocess: ~10 s quiet, ~90 s under load
+def test_gpu_script_dry_run_on_cpu(tmp_path: Path) -> None:
+    """The script's whole path (model, timing loop, cache rewind, fit, file) on a tiny CPU model."""
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    _tiny_llama(tmp_path / "model")
+    script = _calibrate_script()
     out = tmp_path / "cal.json"
     assert script.main(["--model", str(tmp_path / "model"), "--device", "cpu", "--hardware", "cpu",
                         "--batches", "1,2", "--tokens", "1,3", "--contexts", "8", "--repeats", "1",
@@ -145,25 +156,18 @@ def test_gpu_script_dry_run_on_cpu(tmp_path: Path) -> None:
 
 
 def test_reference_loop_constants_are_measured_from_serve(tmp_path: Path) -> None:
-    pytest.importorskip("torch")
     """``--forward reference`` times the loop itself: its host work per sequence (plain, and what a
     speculative step adds), the n-gram lookup, and with ``--draft`` the draft's fixed cost; each
     lands in the file, applies to the hf curve, and none is carried to another engine."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
+    pytest.importorskip("torch")
     from policies.loadcurve import engine_curve
 
-    cfg = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-                      num_attention_heads=2, num_key_value_heads=1)
-    LlamaForCausalLM(cfg).save_pretrained(tmp_path / "model")
-    LlamaForCausalLM(cfg).save_pretrained(tmp_path / "draft")
-    spec = importlib.util.spec_from_file_location("gpu_calibrate", ROOT / "scripts" / "gpu_calibrate.py")
-    assert spec and spec.loader
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    _tiny_llama(tmp_path / "model")
+    _tiny_llama(tmp_path / "draft")
+    script = _calibrate_script()
     out = tmp_path / "cal.json"
     assert script.main(["--model", str(tmp_path / "model"), "--draft", str(tmp_path / "draft"), "--device", "cpu",
-                        "--hardware", "cpu", "--forward", "reference", "--uneven", "--batches", "1,2",
+                        "--hardware", "cpu", "--forward", "reference", "--batches", "1,2",
                         "--tokens", "1,3", "--contexts", "8,16", "--repeats", "1", "--warmup", "0",
                         "--loop-tokens", "4", "--out", str(out)]) == 0
     cal = read_calibration(out)
