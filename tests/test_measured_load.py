@@ -124,7 +124,8 @@ def test_the_schedule_follows_the_measurement_inside_and_says_model_outside(zoo_
         if r.step_cost == "measured" and r.min_batch in LEVELS:
             k, level = r.num_speculative_tokens, r.min_batch
             if k:  # on: the measured gain of the depth deployed there
-                assert gains[(k, level)] >= 1.0 and r.predicted_speedup <= round(gains[(k, level)], 3) + 1e-3
+                # one unit of the plan's 3rd decimal; 1e-9 so float sums (1.071 + 0.001 < 1.072) do not bite
+                assert gains[(k, level)] >= 1.0 and r.predicted_speedup <= round(gains[(k, level)], 3) + 1e-3 + 1e-9
             elif r is rows[0] or rows[rows.index(r) - 1].num_speculative_tokens:  # the first row off
                 assert gains[(1, level)] < 1.0  # measured below 1x at every allowed depth
     assert any("interpolated in log concurrency" in n for n in rec.evidence.notes)
