@@ -102,6 +102,10 @@ class Constants(_Strict):
     lookup_s_per_seq: float | None = Field(default=None, ge=0)
     host_s_per_seq: float | None = Field(default=None, ge=0)
     spec_host_s_per_seq: float | None = Field(default=None, ge=0)
+    draft_host_s_per_seq: float | None = Field(default=None, ge=0)
+    sampling_host_s_per_seq: float | None = Field(default=None, ge=0)
+    sampling_spec_host_s_per_seq: float | None = Field(default=None, ge=0)
+    sampling_draft_host_s_per_seq: float | None = Field(default=None, ge=0)
 
 
 class FitQuality(_Strict):

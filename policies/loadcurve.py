@@ -74,6 +74,12 @@ class EngineCurve:
     spec_overhead_per_log_c: float  # its growth per e-fold of concurrency
     host_s_per_seq: float  # host work of every decode step per sequence (sampling, emitting), outside the forward
     spec_host_s_per_seq: float  # host work of a speculative step per sequence (verify, rollback), beyond plain's
+    draft_host_s_per_seq: float  # a model drafter's host work per sequence per draft forward (choose, plan)
+    # What sampling (temperature > 0) adds to each of the three on an eager loop: the warp of every
+    # distribution, the rejection test and residual of every node, the draft's own draws.
+    sampling_host_s_per_seq: float
+    sampling_spec_host_s_per_seq: float
+    sampling_draft_host_s_per_seq: float
     capture: tuple[int, ...]  # CUDA-graph sizes (empty: eager engine)
     pad_on: Literal["tokens", "batch"]  # what the graph sizes count
     provenance: tuple[tuple[str, str], ...]  # (constant, "fitted: ... | assumption: ...")
@@ -289,19 +295,22 @@ class LoadStepCost(StepCost):
 def draft_seconds(
     kind: DraftCost, target: ModelShape, hw: HardwareLike, batch: int, n_draft: int, steps: int,
     context_len: int, curve: EngineCurve, draft: ModelShape | None = None, num_devices: int = 1,
-    draft_context_len: int | None = None,
+    draft_context_len: int | None = None, sampled: bool = False,
 ) -> float:
     """Draft time of one step for ``batch`` requests: a draft model's or EAGLE layer's own curve
     (``steps`` sequential forwards plus a catch-up forward), Medusa heads once, host-side lookup
-    per sequence, nothing for lookahead (its guesses ride in the verify forward)."""
+    per sequence, nothing for lookahead (its guesses ride in the verify forward). A model drafter
+    pays its host work per sequence per forward, more when ``sampled`` (temperature > 0)."""
     if n_draft <= 0 or kind == "in_forward":
         return 0.0
     if kind == "cpu_lookup":
         return batch * curve.lookup_s_per_seq
     ctx = context_len if draft_context_len is None else draft_context_len
+    # An eager drafter picks each sequence's tokens on the host (and, sampling, warps and draws them).
+    host = batch * (curve.draft_host_s_per_seq + (curve.sampling_draft_host_s_per_seq if sampled else 0.0))
     if kind == "heads":
         heads = medusa_heads_shape(target, steps)
-        return forward(heads, hw, batch, batch, 0, curve, num_devices, role="draft").seconds
+        return forward(heads, hw, batch, batch, 0, curve, num_devices, role="draft").seconds + host
     if kind == "draft_model":
         shape = draft if draft is not None else ModelShape.from_params(
             target.params * DEFAULT_DRAFT_FRACTION, target.bytes_per_param)
@@ -310,21 +319,22 @@ def draft_seconds(
     per_step = max(1, math.ceil(n_draft / max(steps, 1)))
     step = forward(shape, hw, batch * per_step, batch, ctx, curve, num_devices, role="draft").seconds
     catch_up = forward(shape, hw, batch, batch, ctx, curve, num_devices, role="draft").seconds
-    return steps * step + CATCH_UP_FORWARDS * catch_up
+    return steps * (step + host) + CATCH_UP_FORWARDS * (catch_up + host)
 
 
 def load_step_cost(
     kind: DraftCost, target: ModelShape, hw: HardwareLike, batch: int, n_draft: int,
     num_verify_tokens: int, context_len: int, engine: str | EngineCurve = "vllm",
     draft: ModelShape | None = None, tree_depth: int | None = None, num_devices: int = 1,
-    *, draft_context_len: int | None = None,
+    *, draft_context_len: int | None = None, sampled: bool = False,
 ) -> LoadStepCost:
     """One speculative step for ``batch`` sequences on the load curve (same arguments and meaning
     as :func:`policies.costmodel.step_cost`, which it replaces under load).
 
     ``plain_seconds`` is one plain decode step (``batch`` tokens); ``verify_seconds`` is the verify
     forward over ``batch × num_verify_tokens`` tokens plus the speculative path's overhead at this
-    concurrency; ``draft_context_len`` is the draft's own KV length (e.g. a StreamingLLM window).
+    concurrency; ``draft_context_len`` is the draft's own KV length (e.g. a StreamingLLM window);
+    ``sampled`` (temperature > 0) adds the ``sampling_*`` host terms, which only an eager loop has.
     """
     if n_draft < 0 or num_verify_tokens < 1 or batch < 1:
         raise ValueError("n_draft must be >= 0, num_verify_tokens and batch >= 1")
@@ -333,15 +343,16 @@ def load_step_cost(
     verify = forward(target, hw, batch * num_verify_tokens, batch, context_len, curve, num_devices)
     overhead = spec_overhead_fraction(curve, batch) * plain.seconds
     if n_draft:  # an eager loop verifies and rolls back sequence by sequence on the host
-        overhead += batch * curve.spec_host_s_per_seq
-    host = batch * curve.host_s_per_seq  # every step, plain or speculative, pays it
+        overhead += batch * (curve.spec_host_s_per_seq + (curve.sampling_spec_host_s_per_seq if sampled else 0.0))
+    # every step, plain or speculative, pays it
+    host = batch * (curve.host_s_per_seq + (curve.sampling_host_s_per_seq if sampled else 0.0))
     steps = tree_depth if tree_depth is not None else n_draft
     if kind in ("heads", "cpu_lookup"):
         steps = 1 if n_draft else 0
     elif kind == "in_forward":
         steps = 0
     draft_s = draft_seconds(kind, target, hw, batch, n_draft, steps, context_len, curve, draft,
-                            num_devices, draft_context_len)
+                            num_devices, draft_context_len, sampled)
     return LoadStepCost(
         kind, draft_s, verify.seconds + overhead + host, plain.seconds + host, n_draft, num_verify_tokens, steps,
         bound=verify.bound,

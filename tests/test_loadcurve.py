@@ -194,3 +194,51 @@ def test_host_work_per_sequence_is_paid_by_every_step_and_the_speculative_path()
     off = load_step_cost("cpu_lookup", LLAMA8B, H100, 16, 0, 1, 512, loop)
     assert off.verify_seconds == pytest.approx(off.plain_seconds)  # nothing drafted: a plain step
     assert base.host_s_per_seq == base.spec_host_s_per_seq == 0.0  # assumptions until calibrated
+
+
+def test_a_model_drafter_pays_its_host_work_per_sequence_per_draft_forward() -> None:
+    """``draft_host_s_per_seq``: an eager drafter chooses every sequence's draft token on the host,
+    once per draft forward (each depth of the chain and the catch-up; Medusa's one head pass); the
+    n-gram lookup and lookahead have no draft forward, so it does not apply to them."""
+    from policies.costmodel import CATCH_UP_FORWARDS, step_cost
+    from policies.loadcurve import draft_seconds, with_constants
+
+    base = engine_curve("hf")
+    eager = with_constants(base, draft_host_s_per_seq=1e-4)
+    for batch in (1, 16):
+        for kind, forwards in (("draft_model", 4 + CATCH_UP_FORWARDS), ("target_layer", 4 + CATCH_UP_FORWARDS),
+                               ("heads", 1)):
+            extra = (draft_seconds(kind, LLAMA8B, H100, batch, 4, 4, 512, eager)
+                     - draft_seconds(kind, LLAMA8B, H100, batch, 4, 4, 512, base))
+            assert extra == pytest.approx(batch * forwards * 1e-4), kind
+            # the batch-1 cost model charges the same
+            cal = {"draft_host_s_per_seq": 1e-4}
+            before = step_cost(kind, LLAMA8B, H100, batch, 4, 5, 512, "hf").draft_seconds
+            after = step_cost(kind, LLAMA8B, H100, batch, 4, 5, 512, "hf", calibration=cal).draft_seconds
+            assert after - before == pytest.approx(batch * forwards * 1e-4), kind
+        for kind in ("cpu_lookup", "in_forward"):
+            assert (draft_seconds(kind, LLAMA8B, H100, batch, 4, 1, 512, eager)
+                    == draft_seconds(kind, LLAMA8B, H100, batch, 4, 1, 512, base))
+    assert base.draft_host_s_per_seq == 0.0  # an assumption until calibrated
+
+
+def test_sampling_adds_its_host_terms_only_when_sampled() -> None:
+    """At temperature > 0 an eager loop warps every distribution and draws on the host: the
+    ``sampling_*`` terms add to plain steps, speculative steps and draft forwards, and only then."""
+    from policies.costmodel import CATCH_UP_FORWARDS
+    from policies.loadcurve import with_constants
+
+    base = engine_curve("hf")
+    loop = with_constants(base, sampling_host_s_per_seq=1e-4, sampling_spec_host_s_per_seq=2e-4,
+                          sampling_draft_host_s_per_seq=3e-4)
+    for batch in (1, 16):
+        greedy = load_step_cost("draft_model", LLAMA8B, H100, batch, 4, 5, 512, loop)
+        plain = load_step_cost("draft_model", LLAMA8B, H100, batch, 4, 5, 512, base)
+        # the curves' provenance differs; their seconds may not
+        assert (greedy.plain_seconds, greedy.verify_seconds, greedy.draft_seconds) == (
+            plain.plain_seconds, plain.verify_seconds, plain.draft_seconds)
+        sampled = load_step_cost("draft_model", LLAMA8B, H100, batch, 4, 5, 512, loop, sampled=True)
+        assert sampled.plain_seconds - greedy.plain_seconds == pytest.approx(batch * 1e-4)
+        assert sampled.verify_seconds - greedy.verify_seconds == pytest.approx(batch * 3e-4)
+        assert sampled.draft_seconds - greedy.draft_seconds == pytest.approx(batch * (4 + CATCH_UP_FORWARDS) * 3e-4)
+    assert base.sampling_host_s_per_seq == base.sampling_spec_host_s_per_seq == 0.0  # assumptions until calibrated
