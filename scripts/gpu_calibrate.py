@@ -51,6 +51,7 @@ from policies.roofline import REFERENCE_SHAPES, ModelShape  # noqa: E402
 
 DTYPE_BYTES = {torch.float32: 4.0, torch.bfloat16: 2.0, torch.float16: 2.0}
 LOOP_CHAIN = 4  # drafts per step of the fixed chain that times the speculative path's host work (N = 4, typical)
+SAMPLED_T = 1.0  # the temperature at which the loop's host terms are timed again (sampling's own cost)
 
 
 def _ints(text: str) -> list[int]:
@@ -221,13 +222,13 @@ class FixedChainDrafter:
 
 @torch.no_grad()
 def host_seconds(model: PreTrainedModel, args: argparse.Namespace, batch: int, context: int,
-                 k: int) -> tuple[float, float]:
+                 k: int, temperature: float = 0.0) -> tuple[float, float]:
     """(plain, extra) host seconds per step of the reference loop: ``serve()`` itself, plain and
     with a k-token fixed chain, each step's wall time less the target's forward time
     (``TorchBackend.forward_seconds``); ``extra`` is what the speculative step spends beyond the
-    plain one (medians of ``--repeats`` runs of ``--loop-tokens`` steps each)."""
+    plain one (medians of ``--repeats`` runs of ``--loop-tokens`` steps each), at ``temperature``."""
     from picker.engine.backend import TorchBackend
-    from picker.engine.drafting import bind
+    from picker.engine.drafting import SamplingParams, bind
     from picker.engine.loop import serve
 
     gen = torch.Generator().manual_seed(args.seed + batch * 104729 + context)
@@ -238,7 +239,7 @@ def host_seconds(model: PreTrainedModel, args: argparse.Namespace, batch: int, c
         runs = []
         for i in range(args.warmup + args.repeats):
             out = serve(backend, prompts, speculator, concurrency=batch, max_new_tokens=args.loop_tokens,
-                        max_draft=k)
+                        max_draft=k, sampling=SamplingParams(temperature=temperature))
             if i >= args.warmup:  # the prefill step is a forward like any other: it cancels in the difference
                 runs.append((out.seconds - out.forward_seconds) / out.steps)
         return statistics.median(runs)
@@ -285,6 +286,43 @@ def draft_fixed_seconds(draft: PreTrainedModel, args: argparse.Namespace, fitted
     return max(statistics.median(residual), 0.0)
 
 
+def draft_host_seconds(model: PreTrainedModel, draft: PreTrainedModel, args: argparse.Namespace, batch: int,
+                       context: int, k: int, temperature: float = 0.0) -> tuple[float, int]:
+    """(host seconds, sequence-forwards) of the vanilla drafter's draft phases in ``serve()``: its
+    draft phase less the wall time of the draft backend's ``run`` calls (which the curve prices as
+    draft forwards), and how many rows those calls carried. What is left is the drafter's own work
+    per sequence: choosing each draft token from its logits, planning its row, building its tree."""
+    from picker.engine.backend import TorchBackend
+    from picker.engine.drafting import SamplingParams, bind
+    from picker.engine.loop import serve
+    from strategies.vanilla.drafter import make_drafter
+
+    gen = torch.Generator().manual_seed(args.seed + batch * 15485863 + context)
+    prompts = torch.randint(model.config.vocab_size, (batch, context), generator=gen).tolist()
+    target = TorchBackend(model, rows=batch)
+    runs = []
+    for i in range(args.warmup + args.repeats):
+        draft_backend = TorchBackend(draft, rows=1)  # the drafter lends itself a row per sequence
+        timed = {"seconds": 0.0, "rows": 0}
+        run = draft_backend.run
+
+        def timed_run(batch_forward: Any, *a: Any, _run: Any = run, _t: dict = timed, **kw: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return _run(batch_forward, *a, **kw)
+            finally:
+                _t["seconds"] += time.perf_counter() - t0
+                _t["rows"] += len(batch_forward.rows)
+
+        draft_backend.run = timed_run  # type: ignore[method-assign]
+        drafter = make_drafter(target_backend=target, draft_backend=draft_backend, num_draft_tokens=k)
+        out = serve(target, prompts, bind(drafter), concurrency=batch, max_new_tokens=args.loop_tokens, max_draft=k,
+                    sampling=SamplingParams(temperature=temperature))
+        if i >= args.warmup:
+            runs.append((max(out.draft_seconds - timed["seconds"], 0.0), timed["rows"]))
+    return statistics.median(h for h, _ in runs), int(statistics.median(r for _, r in runs))
+
+
 def guess_hardware(device_name: str) -> str | None:
     """Catalog key for a CUDA device name ("NVIDIA H100 80GB HBM3" -> h100-sxm): drop the vendor
     words, then try ever shorter prefixes of what is left against the catalog and its aliases."""
@@ -300,19 +338,33 @@ def guess_hardware(device_name: str) -> str | None:
 def reference_loop_constants(model: PreTrainedModel, args: argparse.Namespace, fitted: dict[str, float],
                              hw: Any, dtype: torch.dtype) -> dict[str, float]:
     """host_s_per_seq and spec_host_s_per_seq (host seconds over sequences, the whole grid), lookup_s_per_seq (median
-    over contexts) and, with ``--draft``, draft_fixed_s (median over the grid)."""
+    over contexts), with ``--draft`` draft_fixed_s (median over the grid) and draft_host_s_per_seq (host seconds over
+    sequence-forwards); each host term again at temperature SAMPLED_T, where it differs by what sampling adds
+    (the ``sampling_*`` constants: the warp, rejection test and draws of every sequence)."""
     grid = [(b, c) for c in args.contexts for b in args.batches]
-    host = [host_seconds(model, args, b, c, LOOP_CHAIN) for b, c in grid]
+    draft = None
+    if args.draft is not None:
+        draft = AutoModelForCausalLM.from_pretrained(args.draft, dtype=dtype).to(args.device).eval()
     # Σ host time / Σ sequences: per step it is partly fixed (the forward's fixed_s holds the fixed
     # part of a plain step), and the large batches are where it counts.
     seqs = sum(b for b, _ in grid)
-    out = {"host_s_per_seq": sum(p for p, _ in host) / seqs, "spec_host_s_per_seq": sum(e for _, e in host) / seqs,
-           "lookup_s_per_seq": statistics.median(lookup_seconds(args, c, model.config.vocab_size)
-                                                 for c in args.contexts)}
-    print("host per step, plain / speculative extra (us): "
-          + ", ".join(f"B={b} L={c}: {p * 1e6:.0f} / {e * 1e6:.0f}" for (b, c), (p, e) in zip(grid, host)), file=sys.stderr)
-    if args.draft is not None:
-        draft = AutoModelForCausalLM.from_pretrained(args.draft, dtype=dtype).to(args.device).eval()
+    terms: dict[float, dict[str, float]] = {}
+    for temperature in (0.0, SAMPLED_T):
+        host = [host_seconds(model, args, b, c, LOOP_CHAIN, temperature) for b, c in grid]
+        terms[temperature] = {"host_s_per_seq": sum(p for p, _ in host) / seqs,
+                              "spec_host_s_per_seq": sum(e for _, e in host) / seqs}
+        print(f"T={temperature:g} host per step, plain / speculative extra (us): " + ", ".join(
+            f"B={b} L={c}: {p * 1e6:.0f} / {e * 1e6:.0f}" for (b, c), (p, e) in zip(grid, host)), file=sys.stderr)
+        if draft is not None:
+            drafting = [draft_host_seconds(model, draft, args, b, c, LOOP_CHAIN, temperature) for b, c in grid]
+            terms[temperature]["draft_host_s_per_seq"] = (sum(h for h, _ in drafting)
+                                                          / max(sum(r for _, r in drafting), 1))
+            print(f"T={temperature:g} drafter host per sequence-forward (us): " + ", ".join(
+                f"B={b} L={c}: {h / max(r, 1) * 1e6:.0f}" for (b, c), (h, r) in zip(grid, drafting)), file=sys.stderr)
+    out = dict(terms[0.0])
+    out.update({f"sampling_{k}": max(v - terms[0.0][k], 0.0) for k, v in terms[SAMPLED_T].items()})
+    out["lookup_s_per_seq"] = statistics.median(lookup_seconds(args, c, model.config.vocab_size) for c in args.contexts)
+    if draft is not None:
         out["draft_fixed_s"] = draft_fixed_seconds(draft, args, fitted, hw, dtype)
     return out
 
@@ -349,8 +401,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.forward == "reference":  # the reference loop's own costs beside its forward
         fit.constants.update(reference_loop_constants(model, args, fit.constants, hw, dtype))
         loop_note = (f"; host_s_per_seq and spec_host_s_per_seq from serve(), plain and with a {LOOP_CHAIN}-token fixed "
-                     "chain; lookup_s_per_seq from the ngram drafter"
-                     + (", draft_fixed_s from the draft's 1-token forwards" if args.draft else ""))
+                     f"chain, at T=0 and (the sampling_* terms) T={SAMPLED_T:g}; lookup_s_per_seq from the ngram drafter"
+                     + (", draft_fixed_s from the draft's 1-token forwards, draft_host_s_per_seq from serve() with the vanilla "
+                        "drafter (its draft phase less its draft forwards)" if args.draft else ""))
     cal = CalibrationFile(
         engine="hf", device=device_name,
         method=(("reference engine (TorchBackend.run, batched verify forward)" if args.forward == "reference"

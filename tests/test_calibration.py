@@ -157,8 +157,9 @@ def test_gpu_script_dry_run_on_cpu(tmp_path: Path) -> None:
 
 def test_reference_loop_constants_are_measured_from_serve(tmp_path: Path) -> None:
     """``--forward reference`` times the loop itself: its host work per sequence (plain, and what a
-    speculative step adds), the n-gram lookup, and with ``--draft`` the draft's fixed cost; each
-    lands in the file, applies to the hf curve, and none is carried to another engine."""
+    speculative step adds), the n-gram lookup, with ``--draft`` the draft's fixed cost and the
+    drafter's host work per sequence-forward, and what sampling adds to each host term; each lands
+    in the file, applies to the hf curve, and none is carried to another engine."""
     pytest.importorskip("torch")
     from policies.loadcurve import engine_curve
 
@@ -171,10 +172,12 @@ def test_reference_loop_constants_are_measured_from_serve(tmp_path: Path) -> Non
                         "--tokens", "1,3", "--contexts", "8,16", "--repeats", "1", "--warmup", "0",
                         "--loop-tokens", "4", "--out", str(out)]) == 0
     cal = read_calibration(out)
-    loop = ("host_s_per_seq", "spec_host_s_per_seq", "lookup_s_per_seq", "draft_fixed_s")
+    loop = ("host_s_per_seq", "spec_host_s_per_seq", "lookup_s_per_seq", "draft_fixed_s", "draft_host_s_per_seq",
+            "sampling_host_s_per_seq", "sampling_spec_host_s_per_seq", "sampling_draft_host_s_per_seq")
     values = cal.overrides()
     assert all(values[k] > 0 for k in ("host_s_per_seq", "lookup_s_per_seq")), values
     assert all(k in values for k in loop) and "serve()" in cal.method
     curve = engine_curve("hf", calibration_for(out, "hf").overrides, label="cal")
     assert curve.host_s_per_seq == values["host_s_per_seq"] and curve.lookup_s_per_seq == values["lookup_s_per_seq"]
+    assert values["draft_host_s_per_seq"] > 0 and curve.draft_host_s_per_seq == values["draft_host_s_per_seq"]
     assert not set(loop) & set(calibration_for(out, "vllm").overrides)  # the loop's, not the GPU's
