@@ -46,3 +46,19 @@ def test_the_anchor_holds_and_a_long_prompt_pulls_the_gain_towards_one() -> None
     # wherever the decode-only gain moves.
     assert abs(long.predicted[-1] - 1.0) < abs(short.predicted[-1] - 1.0)
     assert decode.predicted != short.predicted
+
+
+def test_a_sampled_curve_pays_the_sampling_host_terms_and_a_greedy_one_does_not() -> None:
+    """At T > 0 both systems sample; what sampling adds to a speculative step per sequence makes the
+    gain fall faster with concurrency once the anchor at C = 1 has absorbed its batch-1 share."""
+    from policies.loadcurve import with_constants
+
+    hw, base = get_hardware("cpu"), engine_curve("hf")
+    loop = with_constants(base, sampling_spec_host_s_per_seq=2e-4)
+    cells = [_cells(c) for c in (1, 4, 16)]
+    sampled = {**ENTRY, "temperature": 1.0}
+    greedy = predict(ENTRY, TARGET, None, loop, hw, cells, Workload(20.0, 32))
+    assert greedy.predicted == predict(ENTRY, TARGET, None, base, hw, cells, Workload(20.0, 32)).predicted
+    warm = predict(sampled, TARGET, None, loop, hw, [{**c, "temperature": 1.0} for c in cells], Workload(20.0, 32))
+    assert warm.predicted[0] == pytest.approx(1.9)
+    assert warm.predicted[-1] < greedy.predicted[-1] - 0.01

@@ -159,10 +159,11 @@ def predict(entry: dict[str, Any], target: ModelShape, draft: ModelShape | None,
     kind = _kind(entry["strategy"])
     share, nodes = drafting(cells, entry, levels[0])
     steps_plain = max(work.new_tokens - 1, 1)  # the prefill emits the first token
+    sampled = float(entry["temperature"]) > 0  # plain and speculative steps both sample: the sampling_* terms
 
     def spec(c: int, m: int) -> tuple[float, float]:  # (t_plain, t_draft + t_verify) verifying m nodes
         cost = load_step_cost(kind, target, hw, c, max(m, 1), max(m, 1) + 1, work.context, curve,  # type: ignore[arg-type]
-                              draft if kind == "draft_model" else None, depth)
+                              draft if kind == "draft_model" else None, depth, sampled=sampled)
         return cost.plain_seconds, cost.draft_seconds + cost.verify_seconds
 
     def parts(c: int) -> tuple[float, float, float, float]:
