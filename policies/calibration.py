@@ -103,9 +103,13 @@ class Constants(_Strict):
     host_s_per_seq: float | None = Field(default=None, ge=0)
     spec_host_s_per_seq: float | None = Field(default=None, ge=0)
     draft_host_s_per_seq: float | None = Field(default=None, ge=0)
+    layer_host_s_per_seq: float | None = Field(default=None, ge=0)
+    heads_host_s_per_seq: float | None = Field(default=None, ge=0)
     sampling_host_s_per_seq: float | None = Field(default=None, ge=0)
     sampling_spec_host_s_per_seq: float | None = Field(default=None, ge=0)
     sampling_draft_host_s_per_seq: float | None = Field(default=None, ge=0)
+    sampling_layer_host_s_per_seq: float | None = Field(default=None, ge=0)
+    sampling_heads_host_s_per_seq: float | None = Field(default=None, ge=0)
 
 
 class FitQuality(_Strict):

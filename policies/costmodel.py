@@ -153,11 +153,12 @@ def step_cost(
         else:
             shape = eagle_layer_shape(target)
         draft_s = (steps * fwd(shape, per_step, "draft") + CATCH_UP_FORWARDS * fwd(shape, 1, "draft")
-                   + (steps + CATCH_UP_FORWARDS) * batch * profile.draft_host_s_per_seq)
+                   + (steps + CATCH_UP_FORWARDS) * batch * (profile.draft_host_s_per_seq if kind == "draft_model"
+                                                            else profile.layer_host_s_per_seq))
     elif kind == "heads" and n_draft > 0:
         heads = medusa_heads_shape(target, steps)
         draft_s = (forward_time(heads, hw, batch, 1, 0, profile, num_devices, role="draft").seconds
-                   + batch * profile.draft_host_s_per_seq)
+                   + batch * profile.heads_host_s_per_seq)
         steps = 1
     elif kind == "cpu_lookup" and n_draft > 0:
         draft_s = batch * profile.lookup_s_per_seq

@@ -74,12 +74,16 @@ class EngineCurve:
     spec_overhead_per_log_c: float  # its growth per e-fold of concurrency
     host_s_per_seq: float  # host work of every decode step per sequence (sampling, emitting), outside the forward
     spec_host_s_per_seq: float  # host work of a speculative step per sequence (verify, rollback), beyond plain's
-    draft_host_s_per_seq: float  # a model drafter's host work per sequence per draft forward (choose, plan)
-    # What sampling (temperature > 0) adds to each of the three on an eager loop: the warp of every
-    # distribution, the rejection test and residual of every node, the draft's own draws.
+    draft_host_s_per_seq: float  # a draft model's host work per sequence per draft forward (choose, plan)
+    layer_host_s_per_seq: float  # the same for an EAGLE layer's drafter (its tree's bookkeeping)
+    heads_host_s_per_seq: float  # Medusa heads' host work per sequence per step (filling the tree)
+    # What sampling (temperature > 0) adds to each on an eager loop: the warp of every distribution,
+    # the rejection test and residual of every node, each drafter's own draws.
     sampling_host_s_per_seq: float
     sampling_spec_host_s_per_seq: float
     sampling_draft_host_s_per_seq: float
+    sampling_layer_host_s_per_seq: float
+    sampling_heads_host_s_per_seq: float
     capture: tuple[int, ...]  # CUDA-graph sizes (empty: eager engine)
     pad_on: Literal["tokens", "batch"]  # what the graph sizes count
     provenance: tuple[tuple[str, str], ...]  # (constant, "fitted: ... | assumption: ...")
@@ -292,6 +296,15 @@ class LoadStepCost(StepCost):
         return out
 
 
+# Per draft kind: (greedy, what sampling adds) host constants, paid per sequence per draft forward
+# (a draft model's or EAGLE layer's steps + catch-up; Medusa's one pass of heads).
+DRAFT_HOST_TERMS: dict[str, tuple[str, str]] = {
+    "draft_model": ("draft_host_s_per_seq", "sampling_draft_host_s_per_seq"),
+    "target_layer": ("layer_host_s_per_seq", "sampling_layer_host_s_per_seq"),
+    "heads": ("heads_host_s_per_seq", "sampling_heads_host_s_per_seq"),
+}
+
+
 def draft_seconds(
     kind: DraftCost, target: ModelShape, hw: HardwareLike, batch: int, n_draft: int, steps: int,
     context_len: int, curve: EngineCurve, draft: ModelShape | None = None, num_devices: int = 1,
@@ -306,8 +319,10 @@ def draft_seconds(
     if kind == "cpu_lookup":
         return batch * curve.lookup_s_per_seq
     ctx = context_len if draft_context_len is None else draft_context_len
-    # An eager drafter picks each sequence's tokens on the host (and, sampling, warps and draws them).
-    host = batch * (curve.draft_host_s_per_seq + (curve.sampling_draft_host_s_per_seq if sampled else 0.0))
+    # An eager drafter picks each sequence's tokens on the host (and, sampling, warps and draws them);
+    # what that costs depends on the drafter, so each kind has its own pair of terms.
+    greedy_host, sampling_host = DRAFT_HOST_TERMS[kind]
+    host = batch * (getattr(curve, greedy_host) + (getattr(curve, sampling_host) if sampled else 0.0))
     if kind == "heads":
         heads = medusa_heads_shape(target, steps)
         return forward(heads, hw, batch, batch, 0, curve, num_devices, role="draft").seconds + host

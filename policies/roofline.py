@@ -144,11 +144,15 @@ class EngineProfile:
     status: str  # where the numbers come from
     host_s_per_seq: float = 0.0  # host work of any decode step per sequence (policies.loadcurve)
     spec_host_s_per_seq: float = 0.0  # host work of a speculative step per sequence, beyond that
-    draft_host_s_per_seq: float = 0.0  # a model drafter's host work per sequence per draft forward
-    # What sampling adds to the three (policies.loadcurve prices it; this batch-1 roofline prices greedy steps).
+    draft_host_s_per_seq: float = 0.0  # a draft model's host work per sequence per draft forward
+    layer_host_s_per_seq: float = 0.0  # the same for an EAGLE layer's drafter
+    heads_host_s_per_seq: float = 0.0  # Medusa heads' host work per sequence per step
+    # What sampling adds to each (policies.loadcurve prices it; this batch-1 roofline prices greedy steps).
     sampling_host_s_per_seq: float = 0.0
     sampling_spec_host_s_per_seq: float = 0.0
     sampling_draft_host_s_per_seq: float = 0.0
+    sampling_layer_host_s_per_seq: float = 0.0
+    sampling_heads_host_s_per_seq: float = 0.0
 
 
 # One table for every engine constant. ALL values are ASSUMPTIONS to be calibrated from measured

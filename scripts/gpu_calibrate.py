@@ -29,6 +29,7 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,7 @@ from policies.calibration import (  # noqa: E402
     TimingPoint,
     fit_engine_constants,
 )
+from policies.costmodel import CATCH_UP_FORWARDS  # noqa: E402
 from policies.roofline import REFERENCE_SHAPES, ModelShape  # noqa: E402
 
 DTYPE_BYTES = {torch.float32: 4.0, torch.bfloat16: 2.0, torch.float16: 2.0}
@@ -80,6 +82,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "verify forward (picker.engine.backend.TorchBackend.run over B rows of k tokens)")
     p.add_argument("--draft", type=Path, default=None,
                    help="with --forward reference: a draft model folder whose forwards set draft_fixed_s")
+    p.add_argument("--eagle3", type=Path, default=None,
+                   help="with --forward reference: an EAGLE-3 head folder whose drafter sets layer_host_s_per_seq")
+    p.add_argument("--medusa", type=Path, default=None,
+                   help="with --forward reference: a Medusa heads folder whose drafter sets heads_host_s_per_seq")
     p.add_argument("--loop-tokens", type=int, default=16,
                    help="with --forward reference: new tokens per sequence of the serve() runs that time the "
                         "speculative path's host work (spec_host_s_per_seq)")
@@ -286,41 +292,96 @@ def draft_fixed_seconds(draft: PreTrainedModel, args: argparse.Namespace, fitted
     return max(statistics.median(residual), 0.0)
 
 
-def draft_host_seconds(model: PreTrainedModel, draft: PreTrainedModel, args: argparse.Namespace, batch: int,
-                       context: int, k: int, temperature: float = 0.0) -> tuple[float, int]:
-    """(host seconds, sequence-forwards) of the vanilla drafter's draft phases in ``serve()``: its
-    draft phase less the wall time of the draft backend's ``run`` calls (which the curve prices as
-    draft forwards), and how many rows those calls carried. What is left is the drafter's own work
-    per sequence: choosing each draft token from its logits, planning its row, building its tree."""
+def _time_calls(obj: Any, attr: str, acc: dict[str, float], rows: Callable[[tuple], int] | None) -> None:
+    """Wrap ``obj.attr`` so that its wall time (and, with ``rows``, the rows it carried) add to ``acc``."""
+    call = getattr(obj, attr)
+
+    def timed(*a: Any, **kw: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return call(*a, **kw)
+        finally:
+            acc["seconds"] += time.perf_counter() - t0
+            acc["rows"] += rows(a) if rows is not None else 0
+
+    object.__setattr__(obj, attr, timed)  # on the instance, frozen dataclasses included
+
+
+# What each drafter's forward is (priced by the curve as a forward, so not host work), and the rows
+# it counts: a draft model's backend runs, an EAGLE-3 head's steps (its logits and fusion beside),
+# Medusa's one pass of heads per step. Rows: sequence-forwards, or sequence-steps for the heads.
+Timed = list[tuple[Any, str, Callable[[tuple], int] | None]]
+Built = tuple[Any, Any, int, Timed]  # (drafter, its plugin's capabilities or None, max_draft, timed calls)
+
+
+def drafter_host_seconds(model: PreTrainedModel, build: Callable[[Any], Built], args: argparse.Namespace,
+                         batch: int, context: int, k: int, temperature: float = 0.0) -> tuple[float, int]:
+    """(host seconds, rows) of a drafter's draft phases in ``serve()``: its draft phase less the wall
+    time of the calls the curve prices as its forward (``build(target)``: the drafter, its
+    capabilities, which declare the hidden states it reads, its max_draft and the calls to time),
+    and the rows those calls carried. What is left is the drafter's own work per sequence: choosing
+    or drawing each draft token, planning its row, building its tree."""
     from picker.engine.backend import TorchBackend
     from picker.engine.drafting import SamplingParams, bind
     from picker.engine.loop import serve
-    from strategies.vanilla.drafter import make_drafter
 
     gen = torch.Generator().manual_seed(args.seed + batch * 15485863 + context)
     prompts = torch.randint(model.config.vocab_size, (batch, context), generator=gen).tolist()
     target = TorchBackend(model, rows=batch)
     runs = []
     for i in range(args.warmup + args.repeats):
-        draft_backend = TorchBackend(draft, rows=1)  # the drafter lends itself a row per sequence
-        timed = {"seconds": 0.0, "rows": 0}
-        run = draft_backend.run
-
-        def timed_run(batch_forward: Any, *a: Any, _run: Any = run, _t: dict = timed, **kw: Any) -> Any:
-            t0 = time.perf_counter()
-            try:
-                return _run(batch_forward, *a, **kw)
-            finally:
-                _t["seconds"] += time.perf_counter() - t0
-                _t["rows"] += len(batch_forward.rows)
-
-        draft_backend.run = timed_run  # type: ignore[method-assign]
-        drafter = make_drafter(target_backend=target, draft_backend=draft_backend, num_draft_tokens=k)
-        out = serve(target, prompts, bind(drafter), concurrency=batch, max_new_tokens=args.loop_tokens, max_draft=k,
+        acc = {"seconds": 0.0, "rows": 0}
+        drafter, caps, max_draft, timed = build(target)
+        for obj, attr, rows in timed:
+            _time_calls(obj, attr, acc, rows)
+        out = serve(target, prompts, bind(drafter, caps), concurrency=batch, max_new_tokens=args.loop_tokens,
+                    max_draft=max_draft,
                     sampling=SamplingParams(temperature=temperature))
         if i >= args.warmup:
-            runs.append((max(out.draft_seconds - timed["seconds"], 0.0), timed["rows"]))
+            runs.append((max(out.draft_seconds - acc["seconds"], 0.0), acc["rows"]))
     return statistics.median(h for h, _ in runs), int(statistics.median(r for _, r in runs))
+
+
+def drafter_builders(args: argparse.Namespace, draft: PreTrainedModel | None, k: int
+                     ) -> dict[str, Callable[[Any], Built]]:
+    """{host constant: builder} for the drafters given: --draft (vanilla), --eagle3, --medusa."""
+    from picker.engine.backend import TorchBackend
+    from picker.engine.plugins import load_strategies
+    from picker.engine.runtime import build_drafter
+
+    def vanilla(target: Any) -> Built:
+        from strategies.vanilla.drafter import make_drafter
+
+        backend = TorchBackend(draft, rows=1)  # the drafter lends itself a row per sequence
+        drafter = make_drafter(target_backend=target, draft_backend=backend, num_draft_tokens=k)
+        return drafter, None, k, [(backend, "run", lambda a: len(a[0].rows))]
+
+    def plugin_drafter(name: str, artifact: Path, target: Any) -> tuple[Any, Any, int]:
+        plugin = load_strategies()[name]
+        options, max_draft = plugin.draft_options.chain(k)  # k deep, as the profiler builds it
+        drafter = build_drafter(plugin, target, {plugin.capabilities.artifact: artifact}, options)
+        return drafter, plugin.capabilities, max_draft
+
+    def eagle3(target: Any) -> Built:
+        d, caps, max_draft = plugin_drafter("eagle3", args.eagle3, target)
+        # Its catch-up fuses each sequence's new states once per step; the curve charges the term per
+        # sequence-step k + CATCH_UP_FORWARDS times (the forwards it prices), so rows count that.
+        per_step = k + CATCH_UP_FORWARDS
+        return d, caps, max_draft, [(d.head, "step", None), (d.head, "fuse", lambda a: per_step * int(a[0].shape[0])),
+                                    (d.target, "logits", None)]
+
+    def medusa(target: Any) -> Built:
+        d, caps, max_draft = plugin_drafter("medusa", args.medusa, target)
+        return d, caps, max_draft, [(d.heads, "logits", lambda a: int(a[0].shape[0]))]
+
+    out: dict[str, Callable[[Any], Built]] = {}
+    if draft is not None:
+        out["draft_host_s_per_seq"] = vanilla
+    if args.eagle3 is not None:
+        out["layer_host_s_per_seq"] = eagle3
+    if args.medusa is not None:
+        out["heads_host_s_per_seq"] = medusa
+    return out
 
 
 def guess_hardware(device_name: str) -> str | None:
@@ -355,11 +416,10 @@ def reference_loop_constants(model: PreTrainedModel, args: argparse.Namespace, f
                               "spec_host_s_per_seq": sum(e for _, e in host) / seqs}
         print(f"T={temperature:g} host per step, plain / speculative extra (us): " + ", ".join(
             f"B={b} L={c}: {p * 1e6:.0f} / {e * 1e6:.0f}" for (b, c), (p, e) in zip(grid, host)), file=sys.stderr)
-        if draft is not None:
-            drafting = [draft_host_seconds(model, draft, args, b, c, LOOP_CHAIN, temperature) for b, c in grid]
-            terms[temperature]["draft_host_s_per_seq"] = (sum(h for h, _ in drafting)
-                                                          / max(sum(r for _, r in drafting), 1))
-            print(f"T={temperature:g} drafter host per sequence-forward (us): " + ", ".join(
+        for name, build in drafter_builders(args, draft, LOOP_CHAIN).items():
+            drafting = [drafter_host_seconds(model, build, args, b, c, LOOP_CHAIN, temperature) for b, c in grid]
+            terms[temperature][name] = sum(h for h, _ in drafting) / max(sum(r for _, r in drafting), 1)
+            print(f"T={temperature:g} {name} per row (us): " + ", ".join(
                 f"B={b} L={c}: {h / max(r, 1) * 1e6:.0f}" for (b, c), (h, r) in zip(grid, drafting)), file=sys.stderr)
     out = dict(terms[0.0])
     out.update({f"sampling_{k}": max(v - terms[0.0][k], 0.0) for k, v in terms[SAMPLED_T].items()})
@@ -403,7 +463,11 @@ def main(argv: list[str] | None = None) -> int:
         loop_note = (f"; host_s_per_seq and spec_host_s_per_seq from serve(), plain and with a {LOOP_CHAIN}-token fixed "
                      f"chain, at T=0 and (the sampling_* terms) T={SAMPLED_T:g}; lookup_s_per_seq from the ngram drafter"
                      + (", draft_fixed_s from the draft's 1-token forwards, draft_host_s_per_seq from serve() with the vanilla "
-                        "drafter (its draft phase less its draft forwards)" if args.draft else ""))
+                        "drafter (its draft phase less its draft forwards)" if args.draft else "")
+                     + (", layer_host_s_per_seq from serve() with the EAGLE-3 drafter (less its head's steps, fusion "
+                        "and logits)" if args.eagle3 else "")
+                     + (", heads_host_s_per_seq from serve() with the Medusa drafter (less its heads' pass)"
+                        if args.medusa else ""))
     cal = CalibrationFile(
         engine="hf", device=device_name,
         method=(("reference engine (TorchBackend.run, batched verify forward)" if args.forward == "reference"

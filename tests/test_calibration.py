@@ -181,3 +181,29 @@ def test_reference_loop_constants_are_measured_from_serve(tmp_path: Path) -> Non
     assert curve.host_s_per_seq == values["host_s_per_seq"] and curve.lookup_s_per_seq == values["lookup_s_per_seq"]
     assert values["draft_host_s_per_seq"] > 0 and curve.draft_host_s_per_seq == values["draft_host_s_per_seq"]
     assert not set(loop) & set(calibration_for(out, "vllm").overrides)  # the loop's, not the GPU's
+
+
+def test_each_drafter_kind_gets_its_own_host_term_from_serve(tmp_path: Path) -> None:
+    """With the zoo's EAGLE-3 head and Medusa heads, ``--forward reference`` times each drafter in
+    ``serve()`` less its module's own forward: ``layer_host_s_per_seq`` (per priced draft forward)
+    and ``heads_host_s_per_seq`` (per sequence-step), with what sampling adds to each; both reach the
+    hf curve and neither is carried to vLLM. Without ``--draft`` the draft model's term stays unmeasured."""
+    pytest.importorskip("torch")
+    from picker.zoo.resolve import resolve_target
+    from policies.loadcurve import engine_curve
+
+    target, artifacts, _ = resolve_target("zoo")
+    out = tmp_path / "cal.json"
+    assert _calibrate_script().main([
+        "--model", str(target), "--eagle3", str(artifacts["eagle3_head"]), "--medusa", str(artifacts["medusa_heads"]),
+        "--device", "cpu", "--hardware", "cpu", "--forward", "reference", "--batches", "1,2", "--tokens", "1,3",
+        "--contexts", "16", "--repeats", "1", "--warmup", "0", "--loop-tokens", "6", "--out", str(out)]) == 0
+    cal = read_calibration(out)
+    values = cal.overrides()
+    terms = ("layer_host_s_per_seq", "heads_host_s_per_seq")
+    assert all(values[k] > 0 for k in terms), values
+    assert all(f"sampling_{k}" in values for k in terms) and "draft_host_s_per_seq" not in values
+    assert "EAGLE-3 drafter" in cal.method and "Medusa drafter" in cal.method
+    curve = engine_curve("hf", calibration_for(out, "hf").overrides, label="cal")
+    assert (curve.layer_host_s_per_seq, curve.heads_host_s_per_seq) == (values[terms[0]], values[terms[1]])
+    assert not set(terms) & set(calibration_for(out, "vllm").overrides)

@@ -197,29 +197,34 @@ def test_host_work_per_sequence_is_paid_by_every_step_and_the_speculative_path()
 
 
 def test_a_model_drafter_pays_its_host_work_per_sequence_per_draft_forward() -> None:
-    """``draft_host_s_per_seq``: an eager drafter chooses every sequence's draft token on the host,
-    once per draft forward (each depth of the chain and the catch-up; Medusa's one head pass); the
-    n-gram lookup and lookahead have no draft forward, so it does not apply to them."""
+    """An eager drafter chooses every sequence's draft tokens on the host, once per draft forward
+    (each depth of the chain and the catch-up; Medusa's one head pass), at a cost of its own: a draft
+    model pays ``draft_host_s_per_seq``, an EAGLE layer ``layer_host_s_per_seq``, Medusa heads
+    ``heads_host_s_per_seq``, each only its own; the n-gram lookup and lookahead have no draft forward."""
     from policies.costmodel import CATCH_UP_FORWARDS, step_cost
-    from policies.loadcurve import draft_seconds, with_constants
+    from policies.loadcurve import DRAFT_HOST_TERMS, draft_seconds, with_constants
 
     base = engine_curve("hf")
-    eager = with_constants(base, draft_host_s_per_seq=1e-4)
     for batch in (1, 16):
         for kind, forwards in (("draft_model", 4 + CATCH_UP_FORWARDS), ("target_layer", 4 + CATCH_UP_FORWARDS),
                                ("heads", 1)):
+            own = DRAFT_HOST_TERMS[kind][0]
+            others = {DRAFT_HOST_TERMS[k][0]: 1.0 for k in DRAFT_HOST_TERMS if k != kind}
+            eager = with_constants(base, **{own: 1e-4}, **others)
             extra = (draft_seconds(kind, LLAMA8B, H100, batch, 4, 4, 512, eager)
-                     - draft_seconds(kind, LLAMA8B, H100, batch, 4, 4, 512, base))
+                     - draft_seconds(kind, LLAMA8B, H100, batch, 4, 4, 512, with_constants(base, **others)))
             assert extra == pytest.approx(batch * forwards * 1e-4), kind
-            # the batch-1 cost model charges the same
-            cal = {"draft_host_s_per_seq": 1e-4}
-            before = step_cost(kind, LLAMA8B, H100, batch, 4, 5, 512, "hf").draft_seconds
-            after = step_cost(kind, LLAMA8B, H100, batch, 4, 5, 512, "hf", calibration=cal).draft_seconds
+            # the batch-1 cost model charges the same, and another drafter's term not at all
+            before = step_cost(kind, LLAMA8B, H100, batch, 4, 5, 512, "hf", calibration=others).draft_seconds
+            after = step_cost(kind, LLAMA8B, H100, batch, 4, 5, 512, "hf",
+                              calibration={own: 1e-4, **others}).draft_seconds
             assert after - before == pytest.approx(batch * forwards * 1e-4), kind
+            assert before == step_cost(kind, LLAMA8B, H100, batch, 4, 5, 512, "hf").draft_seconds, kind
+        eager = with_constants(base, **{name: 1e-4 for pair in DRAFT_HOST_TERMS.values() for name in pair})
         for kind in ("cpu_lookup", "in_forward"):
-            assert (draft_seconds(kind, LLAMA8B, H100, batch, 4, 1, 512, eager)
+            assert (draft_seconds(kind, LLAMA8B, H100, batch, 4, 1, 512, eager, sampled=True)
                     == draft_seconds(kind, LLAMA8B, H100, batch, 4, 1, 512, base))
-    assert base.draft_host_s_per_seq == 0.0  # an assumption until calibrated
+    assert all(getattr(base, name) == 0.0 for pair in DRAFT_HOST_TERMS.values() for name in pair)  # assumptions
 
 
 def test_sampling_adds_its_host_terms_only_when_sampled() -> None:
@@ -241,4 +246,9 @@ def test_sampling_adds_its_host_terms_only_when_sampled() -> None:
         assert sampled.plain_seconds - greedy.plain_seconds == pytest.approx(batch * 1e-4)
         assert sampled.verify_seconds - greedy.verify_seconds == pytest.approx(batch * 3e-4)
         assert sampled.draft_seconds - greedy.draft_seconds == pytest.approx(batch * (4 + CATCH_UP_FORWARDS) * 3e-4)
+    heads = with_constants(base, sampling_heads_host_s_per_seq=5e-4, sampling_draft_host_s_per_seq=1.0)
+    for batch in (1, 16):  # Medusa's draws: once per step, its own term
+        greedy = load_step_cost("heads", LLAMA8B, H100, batch, 4, 5, 512, heads)
+        sampled = load_step_cost("heads", LLAMA8B, H100, batch, 4, 5, 512, heads, sampled=True)
+        assert sampled.draft_seconds - greedy.draft_seconds == pytest.approx(batch * 5e-4)
     assert base.sampling_host_s_per_seq == base.sampling_spec_host_s_per_seq == 0.0  # assumptions until calibrated
