@@ -43,6 +43,14 @@ DRAFT_COSTS: tuple[str, ...] = get_args(DraftCost)  # one source of truth: picke
 # just accepted, so its KV cache catches up (SGLang's "draft extend"; vLLM folds it into the first
 # draft forward, which this overcounts by one cheap forward).
 CATCH_UP_FORWARDS = 1
+# An eager drafter's host work per sequence per draft forward, by draft kind (a draft model's or EAGLE
+# layer's steps + catch-up; Medusa's one pass of heads). Each constant's twin with a "sampling_"
+# prefix is what sampling adds to it.
+DRAFT_HOST_TERMS: dict[str, str] = {
+    "draft_model": "draft_host_s_per_seq",
+    "target_layer": "layer_host_s_per_seq",
+    "heads": "heads_host_s_per_seq",
+}
 # Lookahead decoding (Fu et al., arXiv:2402.02057): a forward carries a lookahead window of W
 # Jacobi branches and G guessed n-grams, each N-1 = n tokens long. W = G = 7 (with n-gram size 5)
 # is a commonly used configuration in Spec-Bench-style scripts; an assumption, not tuned here.
@@ -153,12 +161,11 @@ def step_cost(
         else:
             shape = eagle_layer_shape(target)
         draft_s = (steps * fwd(shape, per_step, "draft") + CATCH_UP_FORWARDS * fwd(shape, 1, "draft")
-                   + (steps + CATCH_UP_FORWARDS) * batch * (profile.draft_host_s_per_seq if kind == "draft_model"
-                                                            else profile.layer_host_s_per_seq))
+                   + (steps + CATCH_UP_FORWARDS) * batch * getattr(profile, DRAFT_HOST_TERMS[kind]))
     elif kind == "heads" and n_draft > 0:
         heads = medusa_heads_shape(target, steps)
         draft_s = (forward_time(heads, hw, batch, 1, 0, profile, num_devices, role="draft").seconds
-                   + batch * profile.heads_host_s_per_seq)
+                   + batch * getattr(profile, DRAFT_HOST_TERMS[kind]))
         steps = 1
     elif kind == "cpu_lookup" and n_draft > 0:
         draft_s = batch * profile.lookup_s_per_seq

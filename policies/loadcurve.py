@@ -44,6 +44,7 @@ from picker.engine.plugins import DraftCost
 from policies.costmodel import (
     CATCH_UP_FORWARDS,
     DEFAULT_DRAFT_FRACTION,
+    DRAFT_HOST_TERMS,
     StepCost,
     eagle_layer_shape,
     medusa_heads_shape,
@@ -296,13 +297,9 @@ class LoadStepCost(StepCost):
         return out
 
 
-# Per draft kind: (greedy, what sampling adds) host constants, paid per sequence per draft forward
-# (a draft model's or EAGLE layer's steps + catch-up; Medusa's one pass of heads).
-DRAFT_HOST_TERMS: dict[str, tuple[str, str]] = {
-    "draft_model": ("draft_host_s_per_seq", "sampling_draft_host_s_per_seq"),
-    "target_layer": ("layer_host_s_per_seq", "sampling_layer_host_s_per_seq"),
-    "heads": ("heads_host_s_per_seq", "sampling_heads_host_s_per_seq"),
-}
+def host_per_seq(curve: EngineCurve, name: str, sampled: bool) -> float:
+    """Host constant ``name`` of ``curve``, plus its ``sampling_`` twin when ``sampled``."""
+    return getattr(curve, name) + (getattr(curve, f"sampling_{name}") if sampled else 0.0)
 
 
 def draft_seconds(
@@ -320,9 +317,8 @@ def draft_seconds(
         return batch * curve.lookup_s_per_seq
     ctx = context_len if draft_context_len is None else draft_context_len
     # An eager drafter picks each sequence's tokens on the host (and, sampling, warps and draws them);
-    # what that costs depends on the drafter, so each kind has its own pair of terms.
-    greedy_host, sampling_host = DRAFT_HOST_TERMS[kind]
-    host = batch * (getattr(curve, greedy_host) + (getattr(curve, sampling_host) if sampled else 0.0))
+    # what that costs depends on the drafter, so each kind has its own term.
+    host = batch * host_per_seq(curve, DRAFT_HOST_TERMS[kind], sampled)
     if kind == "heads":
         heads = medusa_heads_shape(target, steps)
         return forward(heads, hw, batch, batch, 0, curve, num_devices, role="draft").seconds + host
@@ -358,9 +354,8 @@ def load_step_cost(
     verify = forward(target, hw, batch * num_verify_tokens, batch, context_len, curve, num_devices)
     overhead = spec_overhead_fraction(curve, batch) * plain.seconds
     if n_draft:  # an eager loop verifies and rolls back sequence by sequence on the host
-        overhead += batch * (curve.spec_host_s_per_seq + (curve.sampling_spec_host_s_per_seq if sampled else 0.0))
-    # every step, plain or speculative, pays it
-    host = batch * (curve.host_s_per_seq + (curve.sampling_host_s_per_seq if sampled else 0.0))
+        overhead += batch * host_per_seq(curve, "spec_host_s_per_seq", sampled)
+    host = batch * host_per_seq(curve, "host_s_per_seq", sampled)  # every step, plain or speculative, pays it
     steps = tree_depth if tree_depth is not None else n_draft
     if kind in ("heads", "cpu_lookup"):
         steps = 1 if n_draft else 0

@@ -315,7 +315,7 @@ Built = tuple[Any, Any, int, Timed]  # (drafter, its plugin's capabilities or No
 
 
 def drafter_host_seconds(model: PreTrainedModel, build: Callable[[Any], Built], args: argparse.Namespace,
-                         batch: int, context: int, k: int, temperature: float = 0.0) -> tuple[float, int]:
+                         batch: int, context: int, temperature: float = 0.0) -> tuple[float, int]:
     """(host seconds, rows) of a drafter's draft phases in ``serve()``: its draft phase less the wall
     time of the calls the curve prices as its forward (``build(target)``: the drafter, its
     capabilities, which declare the hidden states it reads, its max_draft and the calls to time),
@@ -335,8 +335,7 @@ def drafter_host_seconds(model: PreTrainedModel, build: Callable[[Any], Built], 
         for obj, attr, rows in timed:
             _time_calls(obj, attr, acc, rows)
         out = serve(target, prompts, bind(drafter, caps), concurrency=batch, max_new_tokens=args.loop_tokens,
-                    max_draft=max_draft,
-                    sampling=SamplingParams(temperature=temperature))
+                    max_draft=max_draft, sampling=SamplingParams(temperature=temperature))
         if i >= args.warmup:
             runs.append((max(out.draft_seconds - acc["seconds"], 0.0), acc["rows"]))
     return statistics.median(h for h, _ in runs), int(statistics.median(r for _, r in runs))
@@ -417,7 +416,7 @@ def reference_loop_constants(model: PreTrainedModel, args: argparse.Namespace, f
         print(f"T={temperature:g} host per step, plain / speculative extra (us): " + ", ".join(
             f"B={b} L={c}: {p * 1e6:.0f} / {e * 1e6:.0f}" for (b, c), (p, e) in zip(grid, host)), file=sys.stderr)
         for name, build in drafter_builders(args, draft, LOOP_CHAIN).items():
-            drafting = [drafter_host_seconds(model, build, args, b, c, LOOP_CHAIN, temperature) for b, c in grid]
+            drafting = [drafter_host_seconds(model, build, args, b, c, temperature) for b, c in grid]
             terms[temperature][name] = sum(h for h, _ in drafting) / max(sum(r for _, r in drafting), 1)
             print(f"T={temperature:g} {name} per row (us): " + ", ".join(
                 f"B={b} L={c}: {h / max(r, 1) * 1e6:.0f}" for (b, c), (h, r) in zip(grid, drafting)), file=sys.stderr)

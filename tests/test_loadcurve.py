@@ -201,15 +201,15 @@ def test_a_model_drafter_pays_its_host_work_per_sequence_per_draft_forward() -> 
     (each depth of the chain and the catch-up; Medusa's one head pass), at a cost of its own: a draft
     model pays ``draft_host_s_per_seq``, an EAGLE layer ``layer_host_s_per_seq``, Medusa heads
     ``heads_host_s_per_seq``, each only its own; the n-gram lookup and lookahead have no draft forward."""
-    from policies.costmodel import CATCH_UP_FORWARDS, step_cost
-    from policies.loadcurve import DRAFT_HOST_TERMS, draft_seconds, with_constants
+    from policies.costmodel import CATCH_UP_FORWARDS, DRAFT_HOST_TERMS, step_cost
+    from policies.loadcurve import draft_seconds, with_constants
 
     base = engine_curve("hf")
     for batch in (1, 16):
         for kind, forwards in (("draft_model", 4 + CATCH_UP_FORWARDS), ("target_layer", 4 + CATCH_UP_FORWARDS),
                                ("heads", 1)):
-            own = DRAFT_HOST_TERMS[kind][0]
-            others = {DRAFT_HOST_TERMS[k][0]: 1.0 for k in DRAFT_HOST_TERMS if k != kind}
+            own = DRAFT_HOST_TERMS[kind]
+            others = {DRAFT_HOST_TERMS[k]: 1.0 for k in DRAFT_HOST_TERMS if k != kind}
             eager = with_constants(base, **{own: 1e-4}, **others)
             extra = (draft_seconds(kind, LLAMA8B, H100, batch, 4, 4, 512, eager)
                      - draft_seconds(kind, LLAMA8B, H100, batch, 4, 4, 512, with_constants(base, **others)))
@@ -220,11 +220,11 @@ def test_a_model_drafter_pays_its_host_work_per_sequence_per_draft_forward() -> 
                               calibration={own: 1e-4, **others}).draft_seconds
             assert after - before == pytest.approx(batch * forwards * 1e-4), kind
             assert before == step_cost(kind, LLAMA8B, H100, batch, 4, 5, 512, "hf").draft_seconds, kind
-        eager = with_constants(base, **{name: 1e-4 for pair in DRAFT_HOST_TERMS.values() for name in pair})
+        eager = with_constants(base, **{n: 1e-4 for name in DRAFT_HOST_TERMS.values() for n in (name, f"sampling_{name}")})
         for kind in ("cpu_lookup", "in_forward"):
             assert (draft_seconds(kind, LLAMA8B, H100, batch, 4, 1, 512, eager, sampled=True)
                     == draft_seconds(kind, LLAMA8B, H100, batch, 4, 1, 512, base))
-    assert all(getattr(base, name) == 0.0 for pair in DRAFT_HOST_TERMS.values() for name in pair)  # assumptions
+    assert all(getattr(base, n) == 0.0 for name in DRAFT_HOST_TERMS.values() for n in (name, f"sampling_{name}"))
 
 
 def test_sampling_adds_its_host_terms_only_when_sampled() -> None:
