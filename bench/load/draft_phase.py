@@ -9,10 +9,11 @@ draft forward's FLOPs and bytes plus the host terms; this reads what the loop ac
 from __future__ import annotations
 
 import argparse
-import json
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
+
+from picker.profiler.records import read_records
 
 
 def draft_per_step(run: Path) -> dict[tuple[float, str], dict[int, float]]:
@@ -20,16 +21,13 @@ def draft_per_step(run: Path) -> dict[tuple[float, str], dict[int, float]]:
 
     A record's ``draft_s`` and ``steps`` are its wave's (every request in a wave shares its steps),
     so pooling sums over a cell's records gives the wave-weighted mean step."""
+    records, _, _, _ = read_records(run / "records.jsonl")
     sums: dict[tuple[float, str], dict[int, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0.0]))
-    with (run / "records.jsonl").open() as fh:
-        for line in fh:
-            rec = json.loads(line)
-            cell = rec.get("cell")
-            if not cell or "draft_s" not in rec or not rec.get("steps"):
-                continue  # stop events and records without timing
-            acc = sums[(float(cell["temperature"]), cell["strategy"])][int(cell["concurrency"])]
-            acc[0] += float(rec["draft_s"])
-            acc[1] += float(rec["steps"])
+    for rec in records:
+        if rec.steps:
+            acc = sums[(rec.cell.temperature, rec.cell.strategy)][rec.cell.concurrency]
+            acc[0] += rec.draft_s
+            acc[1] += rec.steps
     return {key: {c: s / n for c, (s, n) in sorted(levels.items())} for key, levels in sums.items()}
 
 
