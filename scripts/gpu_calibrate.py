@@ -355,8 +355,10 @@ def drafter_builders(args: argparse.Namespace, draft: PreTrainedModel | None, k:
         drafter = make_drafter(target_backend=target, draft_backend=backend, num_draft_tokens=k)
         return drafter, None, k, [(backend, "run", lambda a: len(a[0].rows))]
 
+    plugins = load_strategies()  # once: each builder runs for every repeat of every grid point
+
     def plugin_drafter(name: str, artifact: Path, target: Any) -> tuple[Any, Any, int]:
-        plugin = load_strategies()[name]
+        plugin = plugins[name]
         options, max_draft = plugin.draft_options.chain(k)  # k deep, as the profiler builds it
         drafter = build_drafter(plugin, target, {plugin.capabilities.artifact: artifact}, options)
         return drafter, plugin.capabilities, max_draft
@@ -408,6 +410,7 @@ def reference_loop_constants(model: PreTrainedModel, args: argparse.Namespace, f
     # Σ host time / Σ sequences: per step it is partly fixed (the forward's fixed_s holds the fixed
     # part of a plain step), and the large batches are where it counts.
     seqs = sum(b for b, _ in grid)
+    builders = drafter_builders(args, draft, LOOP_CHAIN)
     terms: dict[float, dict[str, float]] = {}
     for temperature in (0.0, SAMPLED_T):
         host = [host_seconds(model, args, b, c, LOOP_CHAIN, temperature) for b, c in grid]
@@ -415,7 +418,7 @@ def reference_loop_constants(model: PreTrainedModel, args: argparse.Namespace, f
                               "spec_host_s_per_seq": sum(e for _, e in host) / seqs}
         print(f"T={temperature:g} host per step, plain / speculative extra (us): " + ", ".join(
             f"B={b} L={c}: {p * 1e6:.0f} / {e * 1e6:.0f}" for (b, c), (p, e) in zip(grid, host)), file=sys.stderr)
-        for name, build in drafter_builders(args, draft, LOOP_CHAIN).items():
+        for name, build in builders.items():
             drafting = [drafter_host_seconds(model, build, args, b, c, temperature) for b, c in grid]
             terms[temperature][name] = sum(h for h, _ in drafting) / max(sum(r for _, r in drafting), 1)
             print(f"T={temperature:g} {name} per row (us): " + ", ".join(
