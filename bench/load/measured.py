@@ -14,6 +14,12 @@ calibration file's constants (``scripts/gpu_calibrate.py --device cpu --model TA
 timings of the target alone, no speculative run) and the shape it records. A draft model's shape
 is counted from ``--draft``'s config (its parameters, not a lookup).
 
+Each wave is priced as ``picker.profiler`` ran it (:func:`requests`, from the run's records): C
+prompts served together, a prefill padded to the wave's longest prompt, then at every decode step
+the cost of the requests still running, so a wave lasts as long as its slowest request. E[L] then
+enters as a scale on the decode time fixed at the smallest level. ``--mean-steps`` prices every
+request at the mean steps and mean prompt instead (this bench's second version, for ablation).
+
 Printed: per curve the measured and predicted gains, the measured crossover and the predicted one
 (``picker.profiler.load.crossover``, as the profile's load section states it: the concurrency from
 which the gain stays at or below 1); then the median |error| over
@@ -24,6 +30,7 @@ the model predicts a crossover where none was measured.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import statistics
@@ -35,6 +42,7 @@ from typing import Any
 from picker.inputs.hardware import get_hardware
 from picker.inputs.workload import estimate_params, shape_from_hf_config
 from picker.profiler.load import crossover
+from picker.profiler.records import read_records
 from policies.calibration import calibration_for, read_calibration
 from policies.costmodel import eagle_layer_shape
 from policies.loadcurve import EngineCurve, engine_curve, forward, load_step_cost
@@ -149,8 +157,51 @@ def prefill_seconds(kind: str, target: ModelShape, draft: ModelShape | None, hw:
     return t, d
 
 
+@dataclass(frozen=True)
+class Request:
+    """One profiled generation: its decode steps and the prompt tokens it prefilled."""
+
+    steps: int
+    prompt_tokens: int | None
+
+
+def requests(run: Path) -> dict[tuple[Any, ...], list[Request]]:
+    """Per cell key (task, strategy, T, N, tree, concurrency), its generations in the run's prompt order.
+
+    A profiled wave of C prompts lasts as long as its slowest request (``picker.profiler.run``
+    serves prompts[i:i + C] together; a finished request leaves, its row stays empty), and its
+    prefill is one forward padded to its longest prompt (``TorchBackend.run`` pads rows on the right),
+    so requests that differ in length pay what a mean cannot show. At T = 0 every request's steps
+    are the same at every level (the verifier is exact), so the smallest level's requests say what
+    shares a wave everywhere. Multi-turn generations are left out (each turn was its own wave):
+    such a curve falls back to the mean.
+    """
+    out: dict[tuple[Any, ...], list[tuple[int, int, Request]]] = {}
+    multi: set[tuple[Any, ...]] = set()
+    records, *_ = read_records(run / "records.jsonl")
+    for rec in records:
+        c = rec.cell
+        key = (c.task, c.strategy, c.temperature, c.num_draft_tokens, c.tree, c.concurrency)
+        if int(rec.extra.get("turns", 1)) > 1:
+            multi.add(key)
+        wave = str(rec.extra.get("wave", "")).split("#")  # "<cell id>#<first prompt's index>#<nonce>"
+        order = int(wave[1]) if len(wave) > 2 and wave[1].isdigit() else 0
+        rows = out.setdefault(key, [])
+        fed = rec.extra.get("prompt_tokens")
+        rows.append((order, len(rows), Request(rec.steps, int(fed) if fed is not None else None)))
+    return {k: [r for _, _, r in sorted(v)] for k, v in out.items() if k not in multi}
+
+
 def predict(entry: dict[str, Any], target: ModelShape, draft: ModelShape | None, curve: EngineCurve,
-            hw: Any, cells: Sequence[dict[str, Any]] = (), work: Workload = Workload(None, 32)) -> CurveCheck:
+            hw: Any, cells: Sequence[dict[str, Any]] = (), work: Workload = Workload(None, 32),
+            reqs: Sequence[Request] = ()) -> CurveCheck:
+    """Predicted gains at every level of ``entry``'s curve from its smallest level alone.
+
+    ``reqs`` (the smallest level's generations in prompt order; :func:`requests`) prices whole
+    waves as the loop runs them: a wave of C requests pays, at decode step k, the step cost of
+    the requests still running at k, after a prefill padded to its longest prompt. Without them
+    every request is taken to need the mean steps_plain / E[L] after a prefill of the mean prompt.
+    """
     levels = tuple(int(c) for c, _ in entry["gain"])
     measured = tuple(float(g) for _, g in entry["gain"])
     n = int(entry["num_draft_tokens"])
@@ -166,27 +217,58 @@ def predict(entry: dict[str, Any], target: ModelShape, draft: ModelShape | None,
                               draft if kind == "draft_model" else None, depth, sampled=sampled)
         return cost.plain_seconds, cost.draft_seconds + cost.verify_seconds
 
-    def parts(c: int) -> tuple[float, float, float, float]:
-        """(target prefill, drafter prefill, plain step, mean speculative step) at concurrency c."""
+    @functools.cache
+    def step(c: int) -> tuple[float, float]:
+        """(plain step, mean speculative step) at concurrency c."""
         lo = math.floor(nodes)
         plain, t_lo = spec(c, lo)
         t_n = t_lo + (nodes - lo) * (spec(c, lo + 1)[1] - t_lo)  # linear between whole node counts
-        pf, pd = (prefill_seconds(kind, target, draft, hw, curve, c, work.prompt_tokens)
-                  if work.prompt_tokens is not None else (0.0, 0.0))
-        return pf, pd, plain, share * t_n + (1.0 - share) * plain  # steps that draft mixed with ones that do not
+        return plain, share * t_n + (1.0 - share) * plain  # steps that draft mixed with ones that do not
 
-    def gain(c: int, length: float) -> float:  # one wave of c requests: plain time / speculative time
-        pf, pd, plain, step = parts(c)
-        return (pf + steps_plain * plain) / (pf + pd + steps_plain / length * step)
+    def prefill(c: int, prompt: float | None) -> tuple[float, float]:
+        """(target, drafter) prefill of c prompts padded to ``prompt`` tokens (None: not priced)."""
+        return prefill_seconds(kind, target, draft, hw, curve, c, prompt) if prompt is not None else (0.0, 0.0)
 
-    # E[L] (tokens per decode step) fixed at the smallest level: solve gain(c0, L) = measured.
-    pf, pd, plain, step = parts(levels[0])
-    room = (pf + steps_plain * plain) / measured[0] - pf - pd
-    length = steps_plain * step / room if room > 0 else math.inf
-    predicted = tuple(gain(c, length) for c in levels)
+    def waves(c: int) -> tuple[float, float, float]:
+        """(plain time, speculative prefill time, speculative decode time) of the run's waves at
+        concurrency c; the decode part is scaled by the anchor below."""
+        if not reqs:  # every request at the mean: one wave of c stands for all
+            pf, pd = prefill(c, work.prompt_tokens)
+            plain, mean = step(c)
+            return pf + steps_plain * plain, pf + pd, steps_plain * mean
+        plain_t = pre = decode = 0.0
+        for start in range(0, len(reqs), c):
+            wave = reqs[start:start + c]
+            fed = [r.prompt_tokens for r in wave]
+            pf, pd = prefill(len(wave), max(fed) if None not in fed else work.prompt_tokens)  # type: ignore[type-var]
+            plain_t += pf + steps_plain * step(len(wave))[0]
+            pre += pf + pd
+            done = 0
+            for i, s in enumerate(sorted(r.steps for r in wave)):  # steps done..s: len(wave) - i still run
+                decode += (s - done) * step(len(wave) - i)[1]
+                done = s
+        return plain_t, pre, decode
+
+    # The anchor: scale the decode time so the smallest level's prediction is its measurement (the
+    # mean-steps form of this is solving E[L], tokens per decode step, from gain(c0) = measured).
+    plain0, pre0, decode0 = waves(levels[0])
+    room = plain0 / measured[0] - pre0
+    scale = room / decode0 if room > 0 and decode0 > 0 else 0.0
+
+    def gain(c: int) -> float:
+        plain_t, pre, decode = waves(c)
+        return plain_t / (pre + scale * decode)
+
+    predicted = tuple(gain(c) for c in levels)
     key = f"{entry['task']} T={entry['temperature']:g} {entry['strategy']} N={n}" + (f" tree={tree}" if tree else "")
     return CurveCheck(key, levels, measured, predicted, crossover(list(zip(levels, measured))),
                       crossover(list(zip(levels, predicted))))
+
+
+def _key(entry: dict[str, Any]) -> tuple[Any, ...]:
+    """A load entry's cell key at its smallest level, as :func:`requests` keys its generations."""
+    return (entry["task"], entry["strategy"], entry["temperature"], entry["num_draft_tokens"], entry.get("tree"),
+            int(entry["gain"][0][0]))
 
 
 def _tree_depth(tree: Any) -> int | None:
@@ -206,6 +288,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--engine", default="hf")
     ap.add_argument("--hardware", default="cpu")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--mean-steps", action="store_true",
+                    help="every request at the mean steps and prompt: no wave tail, no prefill padding (the second version)")
     ap.add_argument("--decode-only", action="store_true",
                     help="price decode steps only, at a fixed context (the first version of this bench)")
     args = ap.parse_args(argv)
@@ -222,7 +306,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         summary = json.loads((Path(run) / "summary.json").read_text())
         keep = set(only.split(",")) if only else None
         work = workloads(Path(run)) if not args.decode_only else {}
-        checks += [predict(e, target, draft, curve, hw, summary["cells"], work.get(e["task"], Workload(None, 32)))
+        per = requests(Path(run)) if not (args.mean_steps or args.decode_only) else {}
+        checks += [predict(e, target, draft, curve, hw, summary["cells"], work.get(e["task"], Workload(None, 32)),
+                           per.get(_key(e), ()))
                    for e in summary.get("load", []) if len(e["gain"]) > 1 and (keep is None or e["strategy"] in keep)]
     checks.sort(key=lambda c: c.key)
     _print(checks)
