@@ -210,3 +210,20 @@ def test_a_batched_draft_phase_is_timed_once_per_step() -> None:
     assert run.totals()["draft_seconds"] == run.draft_seconds
     assert [g.tokens for g in run.generations] == [serve(target, [p], max_new_tokens=12).generations[0].tokens
                                                    for p in prompts]
+
+
+def test_a_prompt_joining_running_rows_is_prefilled_in_a_step_of_its_own() -> None:
+    """Continuous batching: the third prompt takes the row the first frees, and its prefill runs
+    in a forward of its own while the running row waits (padded into that row's step, its prompt
+    would widen it to the prompt's length); the waiting row's output is unchanged."""
+    from picker.engine.loop import serve
+
+    target = tiny_backend(6, scale=8.0).with_rows(2)
+    prompts, limits = [PROMPT, PROMPT[:3], PROMPT[2:]], [2, 5, 3]
+    run = serve(target, prompts, concurrency=2, max_new_tokens=limits)
+    third = run.generations[2]
+    # Steps: 1-2 both rows (the first ends), 3 the third's prefill alone, 4-6 the rest.
+    assert run.steps == 6 and third.joined == 2
+    assert [len(g.records) for g in run.generations] == limits  # plain: one forward per token
+    assert [g.tokens for g in run.generations] == [serve(target, [p], max_new_tokens=n).generations[0].tokens
+                                                   for p, n in zip(prompts, limits)]

@@ -5,8 +5,8 @@ It serves B sequences at once: every step one draft phase for all live sequences
 forward over all their pending tokens and drafts (each at its own cache length, positions and
 tree mask), per-sequence acceptance, rollback and stopping; a request queue keeps
 ``concurrency`` requests in flight (a finished one is replaced by the next prompt: continuous
-batching, closed loop). :func:`generate` is one prompt at concurrency 1 -- the same path. With
-``speculator=None`` the same loop is plain autoregressive decoding (the baseline at every
+batching, closed loop; a prompt that joins running rows is prefilled in a forward of its own).
+:func:`generate` is one prompt at concurrency 1 -- the same path. With ``speculator=None`` the same loop is plain autoregressive decoding (the baseline at every
 concurrency): an empty draft every step, one target forward per token.
 
     >>> import numpy as np, torch
@@ -183,19 +183,25 @@ def serve(
     want_hidden = speculator is not None and speculator.wants_hidden
     while queue or live:
         # 0. Admit: a freed row takes the next prompt (continuous batching).
+        joined = []
         while queue and ledger.free:
             i, prompt = queue.popleft()
             row = ledger.admit(prompt)
             limit = max_new_tokens if isinstance(max_new_tokens, int) else max_new_tokens[i]
             live[row] = _Sequence(i, row, prompt, Stopper(limit, eos_token_id, stop, tokenizer), clock)
+            joined.append(row)
             if speculator is not None:
                 speculator.reset(row, prompt)
+        # A prompt that joins running rows is prefilled in a step of its own, the others waiting, as
+        # an engine without mixed prefill-decode batches schedules it (SGLang's enable_mixed_chunk is
+        # off by default). In their step its whole prompt would pad every running row to its length.
+        stepping = joined if joined and len(joined) < len(live) else list(live)
         # 1. Propose a chain or tree per sequence, all in one draft phase (none at a prefill: the prompt is pending).
         t0 = time.perf_counter()
-        drafts = dict.fromkeys(live, EMPTY_DRAFT)
+        drafts = dict.fromkeys(stepping, EMPTY_DRAFT)
         if speculator is not None:
-            drafts.update(speculator.propose_all({row: s.context(sampling, rng, max_draft) for row, s in live.items()
-                                                  if ledger[row].cache_len > 0}))
+            drafts.update(speculator.propose_all({row: live[row].context(sampling, rng, max_draft)
+                                                  for row in stepping if ledger[row].cache_len > 0}))
         t1 = time.perf_counter()
         clock.drafting += t1 - t0
         # 2. ONE target forward: every row's pending token(s), then its draft with tree attention.

@@ -2,7 +2,8 @@
 
 The 210 prompts of ``test_greedy`` go through :func:`picker.engine.loop.serve` as a request queue:
 prompt lengths mixed (16 to 40 tokens), output limits mixed (6 to 16 tokens), so sequences join
-and leave at different steps and every forward mixes prefills, chains and trees of different
+and leave at different steps (a joining prompt prefilled in a forward of its own, while the others
+wait) and every decode forward mixes chains and trees of different lengths at different cache
 lengths. The reference is plain greedy decoding one prompt at a time.
 
 Floats, stated: a row's logits in a batched forward are computed by kernels of another shape
