@@ -102,6 +102,27 @@ def test_levels_run_as_groups_each_against_its_own_plain_baseline(tmp_path: Path
     assert len(waves) == 1  # four prompts, four in flight: one wave
 
 
+def test_wave_rounds_keep_c_in_flight_over_several_rounds(tmp_path: Path) -> None:
+    """``--wave-rounds R``: a wave is C x R prompts with C in flight throughout (a finished request
+    is replaced at once), so the drain at its end weighs about 1/R; a resume must keep R."""
+    with SlowDouble(RATES) as spec, SlowDouble([], types="") as plain:
+        args = ["--strategies", "vanilla", "--tasks", "math", "--temperatures", "0", "--limit-per-task", "6",
+                "--max-new-tokens", "12", "--no-early-stop", "--num-draft-tokens", "3", "--concurrency", "2",
+                "--plain-url", plain.url, "--wave-rounds", "3"]
+        result = llama(spec.url, tmp_path, *args)
+        assert result.exit_code == 0, result.output
+        again = llama(spec.url, tmp_path, *args[:-1], "2", "--resume")
+        assert again.exit_code == 2 and "wave_rounds" in again.output
+        assert "Traceback" not in again.output
+        peaks = list(plain.peaks)
+    assert max(peaks) == 2 and peaks.count(2) >= 4  # two in flight while the queue lasts, never more
+    records = records_of(tmp_path)
+    for is_plain in (True, False):
+        waves = {r.extra["wave"] for r in records if r.cell.is_plain is is_plain}
+        assert len(waves) == 1, waves  # six prompts, two in flight, three rounds: one wave
+    assert json.loads((tmp_path / "run.json").read_text())["wave_rounds"] == 3
+
+
 def test_load_curves_find_the_crossover_and_never_extrapolate(tmp_path: Path) -> None:
     from picker.profiler.load import crossover, load_curves, plot_gain
 
@@ -169,6 +190,20 @@ def test_reference_engine_profiles_and_sweeps_under_load(tmp_path: Path) -> None
     fed = {(r.cell.concurrency, r.prompt_ids): r.extra["prompt_tokens"] for r in records_of(out)}
     assert all(n > 0 and fed[(1, ids)] == n for (_, ids), n in fed.items() if (1, ids) in fed)
     assert len(summary["load"]) == 2
+    # Three prompts served two at a time in one wave (--wave-rounds 2): the third joins when a row
+    # frees, mid-wave, and still gets the target's greedy output, counter for counter.
+    refill = tmp_path / "r"
+    result = runner.invoke(app, ["profile", "--model", "zoo", "--strategies", "ngram,eagle3", "--tasks", "code",
+                                 "--temperatures", "0", "--limit-per-task", "3", "--max-new-tokens", "16",
+                                 "--num-draft-tokens", "3", "--concurrency", "2", "--wave-rounds", "2",
+                                 "--no-early-stop", "--quiet", "--no-plot", "--out", str(refill)])
+    assert result.exit_code == 0, result.output
+    again = {c["strategy"]: c for c in json.loads((refill / "summary.json").read_text())["cells"]}
+    for strategy in ("ngram", "eagle3"):
+        for key in ("tokens", "draft_tokens", "accepted_tokens", "decode_steps"):
+            assert again[strategy][key] == by[(strategy, 1)][key], (strategy, key)
+    assert all(len({r.extra["wave"] for r in records_of(refill) if r.cell.strategy == s}) == 1
+               for s in ("ngram", "eagle3"))
     sweep = tmp_path / "s"
     result = runner.invoke(app, ["sweep", "--out", str(sweep), "--strategies", "ngram", "--tasks", "code",
                                  "--temperatures", "0", "--chain-lengths", "2", "--prompts-per-task", "2",

@@ -140,6 +140,10 @@ def profile(
     concurrency: Annotated[str | None, typer.Option(
         help="Requests in flight: N or a list, e.g. 1,2,4,8 (one group of cells per value; each compared with "
              "plain decoding at the same concurrency). Default: 4 live, 1 torch.")] = None,
+    wave_rounds: Annotated[int, typer.Option(
+        help="At concurrency C, serve C x this many prompts per wave, a finished request replaced by the next "
+             "(closed loop); the wave's drain, when rows empty one by one, then weighs about 1/this.",
+        min=1, max=64)] = 1,
     timeout: Annotated[float, typer.Option(help="Live: seconds per request.", min=0.1)] = 120.0,
     retries: Annotated[int, typer.Option(help="Live: retries of a transient fault.", min=0, max=10)] = 2,
     backoff: Annotated[float, typer.Option(help="Live: seconds before the first retry (doubles).", min=0.0)] = 0.5,
@@ -167,7 +171,7 @@ def profile(
         out=out, tasks=list(by_task), temperatures=temps, strategies=chosen, num_draft_tokens=lengths,
         max_new_tokens=max_new_tokens, limit_per_task=limit_per_task,
         rule=StopRule(ci_target, min_samples, early_stop, plain_samples), seed=seed, resume=resume,
-        plain=plain, plot=plot, concurrency=levels, ignore_eos=ignore_eos,
+        plain=plain, plot=plot, concurrency=levels, ignore_eos=ignore_eos, wave_rounds=wave_rounds,
         meta={"concurrency": levels, "ignore_eos": ignore_eos, "backend": backend.value, "target": url or model or "zoo", "prompts": prompts,
               "category_map": category_map, "tasks": list(by_task), "temperatures": temps,
               "strategies": chosen, "num_draft_tokens": lengths, "limit_per_task": limit_per_task,

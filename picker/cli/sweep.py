@@ -64,6 +64,10 @@ def sweep(
     max_new_tokens: Annotated[int, typer.Option(min=1, max=4096)] = 48,
     concurrency: Annotated[str, typer.Option(help="Requests in flight: N or a list, e.g. 1,4 (every grid point "
                                                   "at each level, against plain decoding at that level).")] = "1",
+    wave_rounds: Annotated[int, typer.Option(
+        help="At concurrency C, serve C x this many prompts per wave, a finished request replaced by the next "
+             "(closed loop); the wave's drain, when rows empty one by one, then weighs about 1/this.",
+        min=1, max=64)] = 1,
     curve: Annotated[bool, typer.Option(help="Measure verify time against tokens in flight.")] = True,
     curve_repeats: Annotated[int, typer.Option(help="Timings per (tokens in flight, context); the fastest counts.",
                                                min=1, max=200)] = 15,
@@ -101,7 +105,7 @@ def sweep(
         out=out, tasks=list(by_task), temperatures=temps, strategies=runnable, num_draft_tokens=[1],
         max_new_tokens=max_new_tokens, limit_per_task=prompts_per_task,
         rule=StopRule(ci_target=0.0, min_samples=2, early=False), seed=seed, resume=resume, plain=True, plot=False,
-        concurrency=levels,
+        concurrency=levels, wave_rounds=wave_rounds,
         meta={"concurrency": levels, "backend": "torch", "target": model, "target_path": str(target), "prompts": "builtin", "kind": "sweep",
               "tasks": list(by_task),
               "temperatures": temps, "strategies": runnable, "skipped_strategies": skipped,

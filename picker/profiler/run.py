@@ -38,7 +38,7 @@ from picker.tasks import Prompt
 
 SUMMARY_EVERY_S = 20.0  # rewrite summary.json at least this often, so a kill leaves a recent one
 # Settings a resumed run must share with the run it continues: records made under others differ.
-RESUME_KEYS = ("backend", "target", "max_new_tokens", "seed", "prompts", "ignore_eos", "prompt_format")
+RESUME_KEYS = ("backend", "target", "max_new_tokens", "seed", "prompts", "ignore_eos", "prompt_format", "wave_rounds")
 
 
 @dataclass
@@ -61,6 +61,11 @@ class ProfileConfig:
     # Requests in flight, one group of cells per value (None: the source's own concurrency).
     concurrency: list[int] | None = None
     ignore_eos: bool = False  # generate exactly max_new_tokens (GenParams.ignore_eos)
+    # Prompts per wave = concurrency x wave_rounds. A wave keeps C requests in flight, a finished
+    # one replaced by the wave's next prompt, and ends by draining: its last requests finish one by
+    # one with rows left empty, which no steady server does. One round is a static wave (all drain);
+    # R rounds leave about 1/R of the wave to the drain.
+    wave_rounds: int = 1
 
 
 # Stops that hold across resumes; running out of prompts does not (a resume may raise the limit).
@@ -113,7 +118,8 @@ class Profiler:
         path = self.config.out / "run.json"
         info = {**self.config.meta, "source": self.source.describe(), "max_new_tokens": self.config.max_new_tokens,
                 "seed": self.config.seed, "ci_target": self.config.rule.ci_target,
-                "min_samples": self.config.rule.min_samples, "early_stop": self.config.rule.early}
+                "min_samples": self.config.rule.min_samples, "early_stop": self.config.rule.early,
+                "wave_rounds": self.config.wave_rounds}
         # What was measured, so `recommend` can check it against the deployment (picker.inputs.provenance).
         info["provenance"] = collect_provenance(self.source, self.config.meta, self.prompts)
         if self.config.resume and path.exists():
@@ -185,7 +191,7 @@ class Profiler:
             return
         done = self.log.done()
         active = {c for c in cells if self.log.stops.get(c.id) not in FINAL_STOPS}
-        wave = cells[0].concurrency  # one concurrency per group: a wave keeps that many in flight
+        wave = cells[0].concurrency * self.config.wave_rounds  # one concurrency per group (see wave_rounds)
         total = len(prompts)
         for cell in cells:
             self.progress.cell(cell, sum((cell.id, p.id) in done for p in prompts), total)

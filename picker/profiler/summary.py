@@ -46,8 +46,10 @@ CONVENTIONS = {
     "cost_ratio": "c = (draft seconds per draft token) / (verify seconds per verify step)",
     "speedup_vs_plain": "tokens/s over tokens/s of plain decoding, both on the prompts both ran, each "
                         "request timed alone (at concurrency > 1: the per-request speed-up)",
-    "concurrency": "requests in flight while the cell was measured (closed loop: a finished request is "
-                   "replaced by the next prompt); every cell is compared with plain decoding at its own concurrency",
+    "concurrency": "requests in flight while the cell was measured, in waves of concurrency x wave_rounds "
+                   "prompts (run.json; 1 unless --wave-rounds): a finished request is replaced by its wave's "
+                   "next prompt, and each wave drains at its end (its last requests finish one by one, rows "
+                   "left empty); every cell is compared with plain decoding at its own concurrency",
     "throughput_tokens_per_second": "tokens of all requests / wall seconds of the waves that ran them",
     "throughput_gain_vs_plain": "throughput over plain decoding's at the same concurrency, on the waves "
                                 "whose prompts both ran",

@@ -143,10 +143,10 @@ class VLLMSource:
         return [DraftConfig(strategy, depth)]
 
     def measure(self, cell: CellKey, prompts: Sequence[Prompt], params: GenParams) -> Iterator[Record]:
-        for start in range(0, len(prompts), cell.concurrency):
-            wave = prompts[start:start + cell.concurrency]
-            time.sleep(self.gap_s)
-            yield self._plain_wave(cell, wave, params) if cell.is_plain else self._wave(cell, wave, params)
+        """The runner's wave as one record: ``cell.concurrency`` requests in flight (closed loop) and
+        the counters scraped around the whole wave."""
+        time.sleep(self.gap_s)
+        yield self._plain_wave(cell, prompts, params) if cell.is_plain else self._wave(cell, prompts, params)
 
     def _requests(self, cell: CellKey, prompts: Sequence[Prompt], params: GenParams, base: str | None = None,
                   model: str | None = None) -> tuple[list[Record], dict[str, float]]:
