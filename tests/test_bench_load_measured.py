@@ -114,3 +114,17 @@ def test_a_waves_prefill_is_padded_to_its_longest_prompt() -> None:
           for name, reqs in (("one", one_long), ("all", all_long), ("short", short))}
     assert at["one"] == pytest.approx(at["all"])
     assert abs(at["all"][-1] - 1.0) < abs(at["short"][-1] - 1.0)
+
+
+def test_refilled_waves_are_priced_join_by_join() -> None:
+    """``--wave-rounds``: a freed row takes the wave's next prompt, prefilled in a forward of its own
+    (padded to the longest prompt joining then) while the running rows wait, as the loop serves it."""
+    from bench.load.measured import serve_time
+
+    reqs = [(1, 10), (3, 30), (1, 20), (2, 40)]  # (decode steps, prompt tokens)
+    prefill, step = (lambda b, p: (b * p, 0.0)), (lambda b: float(b))
+    # One wave of four, two in flight: prefill A+B (2 x 30), step both (A leaves), C joins alone (20),
+    # step both (C leaves), D joins alone (40), step both (B leaves), D's last step alone.
+    assert serve_time(2, 4, reqs, prefill, step) == (120.0, 0.0, 7.0)
+    # Two static waves: each prefill padded to its wave's longest prompt, each wave drains.
+    assert serve_time(2, 2, reqs, prefill, step) == (140.0, 0.0, 7.0)

@@ -14,9 +14,10 @@ calibration file's constants (``scripts/gpu_calibrate.py --device cpu --model TA
 timings of the target alone, no speculative run) and the shape it records. A draft model's shape
 is counted from ``--draft``'s config (its parameters, not a lookup).
 
-Each wave is priced as ``picker.profiler`` ran it (:func:`requests`, from the run's records): C
-prompts served together, a prefill padded to the wave's longest prompt, then at every decode step
-the cost of the requests still running, so a wave lasts as long as its slowest request. E[L] then
+Each wave is priced as ``picker.profiler`` ran it (:func:`requests`, from the run's records;
+:func:`serve_time`): C x ``wave_rounds`` prompts (run.json) served C at a time, each batch of
+joining prompts prefilled in a forward padded to its longest prompt, then at every decode step the
+cost of the requests still running, so a wave lasts as long as its slowest request. E[L] then
 enters as a scale on the decode time fixed at the smallest level. ``--mean-steps`` prices every
 request at the mean steps and mean prompt instead (this bench's second version, for ablation).
 
@@ -34,7 +35,8 @@ import functools
 import json
 import math
 import statistics
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -192,14 +194,44 @@ def requests(run: Path) -> dict[tuple[Any, ...], list[Request]]:
     return {k: [r for _, _, r in sorted(v)] for k, v in out.items() if k not in multi}
 
 
+def serve_time(c: int, per_wave: int, reqs: Sequence[tuple[int, float | None]],
+               prefill: Callable[[int, float | None], tuple[float, float]],
+               step: Callable[[int], float]) -> tuple[float, float, float]:
+    """(target prefill, drafter prefill, decode) seconds of serving ``reqs`` (decode steps, prompt
+    tokens) as ``picker.engine.loop.serve`` does, ``per_wave`` prompts per profiled wave: ``c`` in
+    flight, a freed row taking the wave's next prompt; the prompts that join in one iteration are
+    prefilled in a forward of their own, padded to the longest of them, while the running rows
+    wait; then every running request takes a decode step at the cost of ``step(rows running)``.
+    A wave ends with its slowest request (one round per wave: a static wave that drains).
+
+        >>> serve_time(2, 2, [(3, 10), (1, 20)], lambda b, p: (b * p, 0.0), lambda b: float(b))
+        (40.0, 0.0, 4.0)
+        >>> serve_time(1, 2, [(3, 10), (1, 20)], lambda b, p: (b * p, 0.0), lambda b: float(b))
+        (30.0, 0.0, 4.0)
+    """
+    pf = pd = decode = 0.0
+    for start in range(0, len(reqs), per_wave):
+        queue, running = deque(reqs[start:start + per_wave]), []
+        while queue or running:
+            joined = [queue.popleft() for _ in range(min(c - len(running), len(queue)))]
+            if joined:
+                fed = [p for _, p in joined]
+                t, d = prefill(len(joined), None if None in fed else max(fed))  # type: ignore[type-var]
+                pf, pd = pf + t, pd + d
+                running = [left for left in (*running, *(s for s, _ in joined)) if left > 0]
+                continue
+            decode += step(len(running))
+            running = [left - 1 for left in running if left > 1]
+    return pf, pd, decode
+
+
 def predict(entry: dict[str, Any], target: ModelShape, draft: ModelShape | None, curve: EngineCurve,
             hw: Any, cells: Sequence[dict[str, Any]] = (), work: Workload = Workload(None, 32),
-            reqs: Sequence[Request] = ()) -> CurveCheck:
+            reqs: Sequence[Request] = (), rounds: int = 1) -> CurveCheck:
     """Predicted gains at every level of ``entry``'s curve from its smallest level alone.
 
     ``reqs`` (the smallest level's generations in prompt order; :func:`requests`) prices whole
-    waves as the loop runs them: a wave of C requests pays, at decode step k, the step cost of
-    the requests still running at k, after a prefill padded to its longest prompt. Without them
+    waves of C x ``rounds`` requests as the loop serves them (:func:`serve_time`). Without them
     every request is taken to need the mean steps_plain / E[L] after a prefill of the mean prompt.
     """
     levels = tuple(int(c) for c, _ in entry["gain"])
@@ -236,18 +268,12 @@ def predict(entry: dict[str, Any], target: ModelShape, draft: ModelShape | None,
             pf, pd = prefill(c, work.prompt_tokens)
             plain, mean = step(c)
             return pf + steps_plain * plain, pf + pd, steps_plain * mean
-        plain_t = pre = decode = 0.0
-        for start in range(0, len(reqs), c):
-            wave = reqs[start:start + c]
-            fed = [r.prompt_tokens for r in wave]
-            pf, pd = prefill(len(wave), max(fed) if None not in fed else work.prompt_tokens)  # type: ignore[type-var]
-            plain_t += pf + steps_plain * step(len(wave))[0]
-            pre += pf + pd
-            done = 0
-            for i, s in enumerate(sorted(r.steps for r in wave)):  # steps done..s: len(wave) - i still run
-                decode += (s - done) * step(len(wave) - i)[1]
-                done = s
-        return plain_t, pre, decode
+        fed = [r.prompt_tokens if r.prompt_tokens is not None else work.prompt_tokens for r in reqs]
+        plain_pf, _, plain_t = serve_time(c, c * rounds, [(steps_plain, f) for f in fed], prefill,
+                                          lambda b: step(b)[0])
+        pf, pd, decode = serve_time(c, c * rounds, [(r.steps, f) for r, f in zip(reqs, fed)], prefill,
+                                    lambda b: step(b)[1])
+        return plain_pf + plain_t, pf + pd, decode
 
     # The anchor: scale the decode time so the smallest level's prediction is its measurement (the
     # mean-steps form of this is solving E[L], tokens per decode step, from gain(c0) = measured).
@@ -307,8 +333,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         keep = set(only.split(",")) if only else None
         work = workloads(Path(run)) if not args.decode_only else {}
         per = requests(Path(run)) if not (args.mean_steps or args.decode_only) else {}
+        rounds = int(json.loads((Path(run) / "run.json").read_text()).get("wave_rounds", 1))
         checks += [predict(e, target, draft, curve, hw, summary["cells"], work.get(e["task"], Workload(None, 32)),
-                           per.get(_key(e), ()))
+                           per.get(_key(e), ()), rounds)
                    for e in summary.get("load", []) if len(e["gain"]) > 1 and (keep is None or e["strategy"] in keep)]
     checks.sort(key=lambda c: c.key)
     _print(checks)
