@@ -33,6 +33,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.load.measured import wave_rounds
+
 ESTIMATORS = ("throughput_gain_vs_plain", "speedup_vs_plain")
 
 
@@ -41,10 +43,6 @@ def cells(run: Path) -> dict[tuple[Any, ...], dict[str, Any]]:
     summary = json.loads((run / "summary.json").read_text())
     return {(c["task"], c["temperature"], c["strategy"], c["num_draft_tokens"], c["tree"], c["concurrency"]): c
             for c in summary["cells"] if c.get("concurrency", 1) > 1}
-
-
-def rounds(run: Path) -> int:
-    return int(json.loads((run / "run.json").read_text()).get("wave_rounds", 1))
 
 
 def compare(static: dict[tuple[Any, ...], dict[str, Any]], refill: dict[tuple[Any, ...], dict[str, Any]]
@@ -78,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--refill", type=Path, required=True, help="the same profile with --wave-rounds R > 1")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
-    r1, rr = rounds(args.static), rounds(args.refill)
+    r1, rr = wave_rounds(args.static), wave_rounds(args.refill)
     rows = compare(cells(args.static), cells(args.refill))
     print(f"static: {args.static} ({r1} round per wave); refill: {args.refill} ({rr} rounds per wave)\n")
     print("| cell | C | static span | static per-request | refill span | refill per-request |")

@@ -167,12 +167,17 @@ class Request:
     prompt_tokens: int | None
 
 
+def wave_rounds(run: Path) -> int:
+    """Rounds of C prompts per profiled wave (run.json; runs from before ``--wave-rounds``: 1)."""
+    return int(json.loads((run / "run.json").read_text()).get("wave_rounds", 1))
+
+
 def requests(run: Path) -> dict[tuple[Any, ...], list[Request]]:
     """Per cell key (task, strategy, T, N, tree, concurrency), its generations in the run's prompt order.
 
-    A profiled wave of C prompts lasts as long as its slowest request (``picker.profiler.run``
-    serves prompts[i:i + C] together; a finished request leaves, its row stays empty), and its
-    prefill is one forward padded to its longest prompt (``TorchBackend.run`` pads rows on the right),
+    A profiled wave of C x R prompts (:func:`wave_rounds`) lasts as long as its slowest request
+    (``picker.profiler.run`` serves them C at a time; at its end a finished request's row stays
+    empty), and each prefill is a forward padded to its longest prompt (``TorchBackend.run`` pads rows),
     so requests that differ in length pay what a mean cannot show. At T = 0 every request's steps
     are the same at every level (the verifier is exact), so the smallest level's requests say what
     shares a wave everywhere. Multi-turn generations are left out (each turn was its own wave):
@@ -333,9 +338,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         keep = set(only.split(",")) if only else None
         work = workloads(Path(run)) if not args.decode_only else {}
         per = requests(Path(run)) if not (args.mean_steps or args.decode_only) else {}
-        rounds = int(json.loads((Path(run) / "run.json").read_text()).get("wave_rounds", 1))
         checks += [predict(e, target, draft, curve, hw, summary["cells"], work.get(e["task"], Workload(None, 32)),
-                           per.get(_key(e), ()), rounds)
+                           per.get(_key(e), ()), wave_rounds(Path(run)))
                    for e in summary.get("load", []) if len(e["gain"]) > 1 and (keep is None or e["strategy"] in keep)]
     checks.sort(key=lambda c: c.key)
     _print(checks)

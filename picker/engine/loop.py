@@ -6,8 +6,9 @@ forward over all their pending tokens and drafts (each at its own cache length, 
 tree mask), per-sequence acceptance, rollback and stopping; a request queue keeps
 ``concurrency`` requests in flight (a finished one is replaced by the next prompt: continuous
 batching, closed loop; a prompt that joins running rows is prefilled in a forward of its own).
-:func:`generate` is one prompt at concurrency 1 -- the same path. With ``speculator=None`` the same loop is plain autoregressive decoding (the baseline at every
-concurrency): an empty draft every step, one target forward per token.
+:func:`generate` is one prompt at concurrency 1 -- the same path. With ``speculator=None`` the same
+loop is plain autoregressive decoding (the baseline at every concurrency): an empty draft every
+step, one target forward per token.
 
     >>> import numpy as np, torch
     >>> from transformers import LlamaConfig, LlamaForCausalLM
@@ -195,7 +196,7 @@ def serve(
         # A prompt that joins running rows is prefilled in a step of its own, the others waiting, as
         # an engine without mixed prefill-decode batches schedules it (SGLang's enable_mixed_chunk is
         # off by default). In their step its whole prompt would pad every running row to its length.
-        stepping = joined if joined and len(joined) < len(live) else list(live)
+        stepping = joined or list(live)
         # 1. Propose a chain or tree per sequence, all in one draft phase (none at a prefill: the prompt is pending).
         t0 = time.perf_counter()
         drafts = dict.fromkeys(stepping, EMPTY_DRAFT)
