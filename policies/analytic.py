@@ -101,12 +101,14 @@ class CostContext:
     draft: ModelShape | None = None
 
 
-def config_cost(caps: Capabilities, config: Config, ctx: CostContext, batch: int) -> StepCost:
+def config_cost(caps: Capabilities, config: Config, ctx: CostContext, batch: int, *, sampled: bool = False) -> StepCost:
     """Seconds of one step of ``config`` at ``batch`` concurrent sequences, on the load curve
     (``policies.loadcurve``: a floor from weight and KV streaming, a smooth GEMM knee, CUDA-graph
     padding, the speculative path's overhead growing with concurrency, draft cost by strategy).
     The recommend scorer, the feature rows of the learned correction and the SDK plan all read it,
-    so the batch schedule, break-even α per batch range and the controller's switch share one curve."""
+    so the batch schedule, break-even α per batch range and the controller's switch share one curve.
+    ``sampled`` (temperature > 0) adds what sampling costs on the host (only an eager loop's curve,
+    ``hf`` as calibrated, has such terms; every shipped engine's are zero)."""
     from policies.loadcurve import load_step_cost  # lazy: keeps the JSON read off recommend's start-up
 
     verify = config.num_draft_tokens
@@ -115,7 +117,7 @@ def config_cost(caps: Capabilities, config: Config, ctx: CostContext, batch: int
         verify = 1 + (LOOKAHEAD_WINDOW + LOOKAHEAD_GUESSES) * config.depth
     return load_step_cost(
         caps.draft_cost, ctx.target, ctx.hardware, batch, config.nodes, verify, ctx.context_len,
-        ctx.engine, ctx.draft, config.depth if config.is_tree else None, ctx.num_devices)
+        ctx.engine, ctx.draft, config.depth if config.is_tree else None, ctx.num_devices, sampled=sampled)
 
 
 def speedup(config: Config, alpha: float, cost: StepCost) -> float:

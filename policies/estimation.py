@@ -78,7 +78,7 @@ def _evaluate(
     layout = _layout(kind, n, topk, alpha)
     cost = load_step_cost(
         kind, ctx["target"], ctx["hw"], ctx["batch"], layout.n_draft, layout.num_verify_tokens,
-        ctx["context_len"], ctx["curve"], ctx["draft"], layout.depth, ctx["num_devices"])
+        ctx["context_len"], ctx["curve"], ctx["draft"], layout.depth, ctx["num_devices"], sampled=ctx["sampled"])
     length = layout.length_of_alpha(alpha)
     return _Candidate(layout, cost, length, predict_speedup(length, cost))
 
@@ -98,6 +98,7 @@ def estimate(
     context_len: int = 1024,
     num_devices: int = 1,
     bytes_per_param: float = 2.0,
+    temperature: float = 0.0,
     calibration: Mapping[str, float] | None = None,
     calibration_label: str = "calibrated (calibration file)",
 ) -> dict[str, Any]:
@@ -110,12 +111,16 @@ def estimate(
     ``tree_topk`` > 1 makes it a tree (see :func:`tree_for_alpha` for the approximation).
     ``hardware`` is a catalog name (looked up in ``picker.inputs.hardware``) or an object with
     ``memory_bandwidth_gbps`` and ``bf16_tflops``; ``context_len`` is tokens already cached.
+    ``temperature`` > 0 prices what sampling adds on the host (the ``sampling_*`` constants: zero on
+    every shipped curve, measured by a calibration of the eager loop, ``hf``).
     ``calibration`` overrides curve constants (``policies.calibration.calibration_for``), each then
     marked ``calibration_label`` in ``curve_constants``.
     Returns plain JSON types; ``assumptions`` lists every approximation the numbers rest on.
     """
     if (alpha is None) == (mean_accepted_tokens is None):
         raise ValueError("give exactly one of alpha and mean_accepted_tokens")
+    if not 0.0 <= temperature <= 2.0:
+        raise ValueError("temperature must lie in [0, 2]")
     if kind not in DRAFT_COSTS:
         raise ValueError(f"unknown draft cost kind {kind!r}; known: {', '.join(DRAFT_COSTS)}")
     draft_kind = cast(DraftCost, kind)
@@ -133,7 +138,7 @@ def estimate(
             notes.append(f"no draft size given: assumed {DEFAULT_DRAFT_FRACTION:g} x target params")
     ctx = {"target": target, "hw": hardware, "batch": batch_size, "context_len": context_len,
            "curve": engine_curve(engine, calibration, label=calibration_label),
-           "draft": draft, "num_devices": num_devices, "calibrated": bool(calibration)}
+           "draft": draft, "num_devices": num_devices, "calibrated": bool(calibration), "sampled": temperature > 0}
 
     alpha = _resolve_alpha(kind, alpha, mean_accepted_tokens, num_draft_tokens, tree_topk, notes)
     if num_draft_tokens is not None:
@@ -202,6 +207,7 @@ def _report(
         "draft_shape": ctx["draft"].name if ctx["draft"] is not None else None,
         "batch_size": ctx["batch"],
         "context_len": ctx["context_len"],
+        "sampled": ctx["sampled"],
         "alpha": float(alpha),
         "num_draft_tokens": layout.n_draft,
         "num_verify_tokens": layout.num_verify_tokens,

@@ -241,7 +241,7 @@ def step_ratio(c: Candidate) -> float:
             raise ValueError("a candidate needs measured costs or a roofline context (ctx)")
         # Steps that find nothing to draft cost a plain step: the model's ratio holds for the rest.
         f = _drafting(c, _share(c))
-        return f * config_cost(c.caps, c.config, c.ctx, c.batch).step_ratio + (1.0 - f)
+        return f * config_cost(c.caps, c.config, c.ctx, c.batch, sampled=c.temperature > 0).step_ratio + (1.0 - f)
     f = _drafting(c, cost.draft_share)
     m = 1.0 + cost.nodes_per_token * c.nodes
     b = float(c.batch)
@@ -266,8 +266,9 @@ def _points_at_batch(c: Candidate, cost: CostEvidence, ratio: float) -> float:
     b0, f = cost.step_points_batch, _drafting(c, cost.draft_share)
     if c.ctx is None or c.batch == b0 or f <= 0:
         return ratio
-    scale = (config_cost(c.caps, c.config, c.ctx, c.batch).step_ratio
-             / config_cost(c.caps, c.config, c.ctx, b0).step_ratio)
+    sampled = c.temperature > 0
+    scale = (config_cost(c.caps, c.config, c.ctx, c.batch, sampled=sampled).step_ratio
+             / config_cost(c.caps, c.config, c.ctx, b0, sampled=sampled).step_ratio)
     # ratio = f * drafting + (1 - f): only the drafting steps' part, f * drafting, is scaled.
     return max((ratio - (1.0 - f)) * scale + (1.0 - f), 1.0)
 

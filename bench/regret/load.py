@@ -24,6 +24,14 @@ runs when speculation is turned on).
           --temperatures 0,1 --concurrency 1,4,16 --limit-per-task 8 --max-new-tokens 32 --seed 1 \\
           --out runs/prof-load
     $ python -m bench.regret.load --sweep runs/sweep-load --profile runs/prof-load --out runs/regret-load
+    $ python -m bench.regret.load ... --calibration bench/load/zoo-ci-cpu-calibration-2026-12-03.json
+
+Without ``--calibration`` the steps the measurements do not cover are priced on the zoo profile's
+engine label's curve (``tensorrt_llm``, shipped GPU constants: see ``bench.regret.data``). With a
+calibration of the reference loop itself (``scripts/gpu_calibrate.py --device cpu``, engine ``hf``)
+they are priced on that engine's curve with every constant of the file, sampling's host terms at
+T > 0 included: the curve ``bench.load.measured`` checks against the reference engine's measured
+load curves.
 """
 
 from __future__ import annotations
@@ -47,7 +55,8 @@ from picker.recommend.decide import decide
 from picker.recommend.options import options_for
 from picker.recommend.pipeline import score_workload
 from picker.recommend.scoring import Option, Scorer
-from policies import Config, chain, load_policy
+from policies import Calibration, Config, calibration_for, chain, load_policy
+from policies.calibration import read_calibration
 
 # What the engines run when speculation is switched on without tuning (research/policies.md §6).
 DEFAULTS = {"sglang (3,1,4)": ("eagle3", 3, None), "sglang (5,4,8)": ("eagle3", 5, (5, 4, 8)),
@@ -95,12 +104,15 @@ def what_runs(rec: dict[str, Any], batch: int, temperature: float) -> tuple[Key,
     return (d["strategy"], k, None), "chain" if not tree else f"tree shortened to a chain of {k}"
 
 
-def choose(prof: WorkloadProfile, measurements: Measurements, est: Any, grid: list[Key]) -> dict[str, Any]:
+def choose(prof: WorkloadProfile, measurements: Measurements, est: Any, grid: list[Key],
+           calibration: Calibration | None = None) -> dict[str, Any]:
     """``picker.recommend``'s scoring and decision (``score_workload``, ``decide``) over exactly the
     configurations the sweep measured, with the measured step costs (as ``specpick recommend
     --policy`` scores a policy trained on them: the reference loop is no serving engine, so without
-    that the profile's engine label would price the steps)."""
-    sc = Scorer(prof, measurements, est, measured_costs=True)
+    that the profile's engine label would price the steps). A ``calibration`` prices the rest on the
+    curve of the engine it was measured on (the reference loop's, ``hf``)."""
+    sc = Scorer(prof, measurements, est, measured_costs=True, calibration=calibration,
+                engine=calibration.engine if calibration is not None else None)
     plugins = load_strategies()
     like = {o.plugin.name: o for o in options_for(prof, plugins, sc.ctx.target) if not o.config.is_tree}
     opts = [Option(plugins[s], Config(*tree) if tree else chain(n), like[s].feasible, like[s].engine_supported,
@@ -123,6 +135,9 @@ def main() -> int:
     ap.add_argument("--policy", type=Path, default=Path(__file__).parents[2] / "policies" / "data" / "zoo-ci-policy.json",
                     help="the learned correction, applied where its domain covers the workload")
     ap.add_argument("--analytic", action="store_true", help="no learned correction: the analytic model alone")
+    ap.add_argument("--calibration", type=Path, default=None,
+                    help="a calibration of the reference loop (gpu_calibrate.py --device cpu): its engine's curve "
+                         "and every constant price what the measurements do not")
     a = ap.parse_args()
     summary = json.loads((a.sweep / "summary.json").read_text(encoding="utf-8"))
     run = json.loads((a.sweep / "run.json").read_text(encoding="utf-8"))
@@ -131,6 +146,9 @@ def main() -> int:
     measured_model = json.loads((a.profile / "run.json").read_text(encoding="utf-8"))["provenance"]["model"]["name"]
     measurements = load_measurements(a.profile / "summary.json")
     policy = load_policy(a.policy)
+    calibration = None
+    if a.calibration is not None:
+        calibration = calibration_for(a.calibration, read_calibration(a.calibration).engine, "cpu")
     a.out.mkdir(parents=True, exist_ok=True)
     rows = []
     for (task, temp, batch), grid in sorted(gains.items()):
@@ -141,7 +159,7 @@ def main() -> int:
         prof = load_profile(path)  # read back as recommend reads it: the schema validates the document
         ok, _ = policy.covers(prof.hardware.gpu, prof.engine.name, prof.model_shape().params)
         est = policy.estimator if ok and not a.analytic else None
-        rec = choose(prof, measurements, est, [k for k in grid if k != PLAIN])
+        rec = choose(prof, measurements, est, [k for k in grid if k != PLAIN], calibration)
         choice, why = what_runs(rec, batch, temp)
         best = max(grid, key=lambda k: grid[k])
         defaults = {name: grid[k] for name, k in DEFAULTS.items() if k in grid}
@@ -171,6 +189,7 @@ def main() -> int:
                 if vs_default else None}
 
     result = {"sweep": str(a.sweep), "profile": str(a.profile), "correction": None if a.analytic else str(a.policy),
+              "calibration": None if calibration is None else calibration.label,
               "all": stats(measured),
               "by_concurrency": {c: stats(rs) for c, rs in sorted(by_c.items())},
               "unmeasured_choices": [r for r in rows if r["measured"] is None], "rows": rows,

@@ -48,6 +48,9 @@ def estimate(
     batch_size: Annotated[int, typer.Option(min=1, max=65536)] = 1,
     context_len: Annotated[int, typer.Option(min=0, max=10_000_000)] = 1024,
     num_devices: Annotated[int, typer.Option(help="Tensor-parallel degree.", min=1, max=64)] = 1,
+    temperature: Annotated[float, typer.Option(
+        help="Sampling temperature; > 0 adds what sampling costs on the host (an eager loop's calibrated "
+             "sampling_* constants; zero on every shipped curve).", min=0.0, max=2.0)] = 0.0,
     calibration: Annotated[Path | None, typer.Option(
         help="Load-curve calibration JSON from a GPU run (scripts/gpu_calibrate.py).")] = None,
     fmt: Annotated[Fmt, typer.Option("--format", help="md (a table) or json.")] = Fmt.md,
@@ -82,7 +85,7 @@ def estimate(
     result = run(caps.draft_cost, model_params=model_params, hardware=hw, alpha=alpha,
                  mean_accepted_tokens=mean_accepted_tokens, num_draft_tokens=num_draft_tokens,
                  tree_topk=tree_topk, draft_params=draft_params, engine=engine.value, batch_size=batch_size,
-                 context_len=context_len, num_devices=num_devices,
+                 context_len=context_len, num_devices=num_devices, temperature=temperature,
                  calibration=cal.overrides if cal else None, **({"calibration_label": cal.label} if cal else {}))
     result = {"strategy": strategy, **result, "calibration": cal.note if cal else None}
     if fmt is Fmt.json:

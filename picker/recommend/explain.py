@@ -47,7 +47,7 @@ def _evidence(scorer: Scorer, row: Scored, tb: list[Bucket]) -> dict[str, Any]:
         out["per_position"] = [round(p, 3) for p in ev.per_position]
     if ev.siblings and cand.is_tree:
         out["sibling_accept"] = [round(x, 3) for x in ev.siblings]  # measured, used for this tree
-    c = scorer.cost(row.option, b.batch)
+    c = scorer.cost(row.option, b.batch, b.temperature > 0)
     if isinstance(c, MeasuredStepCost):  # the measured gain against concurrency outranks the rest
         out["cost"] = {"source": "measured under load", "step_ratio": round(c.step_ratio, 3),
                        "levels": list(c.levels), "measurements": c.source}

@@ -55,8 +55,8 @@ def _workload_row(scorer: Scorer, opt: Option, bs: Sequence[Bucket], batch: int)
     slo = scorer.profile.slo.itl_p99_ms
     if slo is not None:
         # A step that accepts nothing emits one token: its whole time is one inter-token gap.
-        step_ms = 1e3 * max(scorer.cost(opt, b.batch).draft_seconds + scorer.cost(opt, b.batch).verify_seconds
-                            for b in bs)
+        costs = [scorer.cost(opt, b.batch, b.temperature > 0) for b in bs]
+        step_ms = 1e3 * max(c.draft_seconds + c.verify_seconds for c in costs)
         if step_ms > slo and feasible:
             feasible = False
             notes = (*notes, f"a rejected step takes {step_ms:.0f} ms > p99 ITL SLO {slo:g} ms")

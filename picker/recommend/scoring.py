@@ -69,22 +69,26 @@ class Scorer:
     (and ``verify_curve``) instead of the roofline; by default only when the measurements were
     taken on the profile's own engine (a torch-backend profile says nothing about an engine's costs);
     the measured gain against concurrency is a step cost too and obeys the same rule. ``calibration``
-    replaces load-curve constants.
+    replaces load-curve constants. ``engine`` names the load curve that prices steps when it is not
+    the profile's engine's: ``bench.regret.load`` prices the reference loop itself (``hf``, eager
+    PyTorch), which no profile's engine names.
     """
 
     def __init__(self, profile: WorkloadProfile, measurements: Measurements | None, policy: Any = None, *,
                  measured_costs: bool | None = None,
                  verify_curve: Sequence[tuple[float, float]] | None = None,
-                 calibration: Calibration | None = None) -> None:
+                 calibration: Calibration | None = None, engine: str | None = None) -> None:
         self.profile = profile
         self.measurements = measurements
         self.policy = policy
         self.priors = load_priors()
         self.ctx = cost_context(profile)
         self.calibration = calibration
+        if engine is not None:
+            self.ctx = replace(self.ctx, engine=engine)
         if calibration is not None:  # the file's constants replace the engine curve's (policies.calibration_for)
             self.ctx = replace(self.ctx, engine=engine_curve(  # type: ignore[arg-type]
-                profile.engine.name, calibration.overrides, label=calibration.label))
+                engine or profile.engine.name, calibration.overrides, label=calibration.label))
         # Costs transfer only from the deployment's own engine and hardware (picker.inputs.provenance).
         self.measured_costs = costs_transfer(profile, measurements, measured_costs)
         self.verify_curve = tuple(verify_curve) if verify_curve else None
@@ -92,7 +96,7 @@ class Scorer:
         self.gain_curves = gain_curves(measurements)
         self._evidence: dict[tuple[str, str, float, int], Evidence] = {}
         # Memo tables per option (options hash by identity): the scorer's own, never the option's.
-        self._costs: dict[Option, dict[int, StepCost]] = {}
+        self._costs: dict[Option, dict[tuple[int, bool], StepCost]] = {}
         self._step_costs: dict[Option, dict[int, StepCost]] = {}
         self._ratios: dict[Option, tuple[tuple[int, float], ...]] = {}
         self._speedups: dict[Option, dict[BucketKey, Speedups]] = {}
@@ -182,21 +186,22 @@ class Scorer:
         ev = self.evidence(plugin, task, temperature)
         return Alpha(ev.alpha, ev.alpha_low, ev.alpha_high, ev.source, ev.citations)
 
-    def cost(self, option: Option, batch: int) -> StepCost:
-        """The step cost of ``option`` at ``batch`` (cached): from the measured gain against
-        concurrency inside its measured levels (:mod:`picker.recommend.measured_load`), else the
-        load curve's. Every speedup, break-even α and schedule row reads it here."""
+    def cost(self, option: Option, batch: int, sampled: bool = False) -> StepCost:
+        """The step cost of ``option`` at ``batch`` (cached), sampling (temperature > 0) or not:
+        from the measured gain against concurrency inside its measured levels
+        (:mod:`picker.recommend.measured_load`; measured at every temperature, so the same either
+        way), else the load curve's. Every speedup, break-even α and schedule row reads it here."""
         costs = self._costs.setdefault(option, {})
-        cost = costs.get(batch)
+        cost = costs.get((batch, sampled))
         if cost is None:
-            cost = self.model_cost(option, batch)
+            cost = self.model_cost(option, batch, sampled)
             points = self.measured_ratios(option)
             ratio = interpolate(points, batch)
             if ratio is not None:
                 levels = tuple(level for level, _ in points)
                 cost = with_ratio(cost, ratio, MeasuredStepCost, levels=levels,
                                   source=getattr(self.measurements, "source", ""))
-            costs[batch] = cost
+            costs[batch, sampled] = cost
         return cost
 
     def step_cost(self, option: Option, batch: int) -> StepCost:
@@ -205,7 +210,7 @@ class Scorer:
         evidence carries per-step costs measured at one concurrency (which ``_score`` prefers to the
         load curve), their ratio at ``batch`` weighted by the traffic (an :class:`AnchoredStepCost`).
         Break-even α, the plan's "one step costs" line and the SDK's R table read this, so they say
-        what the speedups were computed with."""
+        what the speedups were computed with (each bucket at its own temperature's cost)."""
         cost = self.cost(option, batch)
         if cost_source(cost) == MEASURED:
             return cost
@@ -215,7 +220,7 @@ class Scorer:
             for b in pinned(buckets(self.profile), batch=batch):
                 cand = self.candidate(option, b)
                 if cand.evidence.cost is None:
-                    pairs.append((b.weight, cost.step_ratio))
+                    pairs.append((b.weight, self.cost(option, batch, b.temperature > 0).step_ratio))
                 else:
                     pairs.append((b.weight, step_ratio(cand)))
                     anchor = cand.evidence.cost.step_points_batch if cand.evidence.cost.step_points else 1
@@ -224,9 +229,9 @@ class Scorer:
                 cost, sum(w * r for w, r in pairs) / total, AnchoredStepCost, measured_at=anchor)
         return memo[batch]
 
-    def model_cost(self, option: Option, batch: int) -> StepCost:
+    def model_cost(self, option: Option, batch: int, sampled: bool = False) -> StepCost:
         """The load curve's step cost (``policies.config_cost``), calibrated where a file was given."""
-        return config_cost(option.caps, option.config, self.ctx, batch)
+        return config_cost(option.caps, option.config, self.ctx, batch, sampled=sampled)
 
     def measured_ratios(self, option: Option) -> tuple[tuple[int, float], ...]:
         """(level, step ratio) from the measured gains of ``option``'s configuration (cached; empty
@@ -245,7 +250,7 @@ class Scorer:
         per_level: dict[int, list[float]] = {}
         for m in gains:
             bucket = Bucket(m.task, m.concurrency, m.temperature, 1.0)
-            model = self.model_cost(option, m.concurrency)
+            model = self.model_cost(option, m.concurrency, m.temperature > 0)
             f1 = self._score(option, bucket, with_ratio(model, 1.0), True)[0]
             f2 = self._score(option, bucket, with_ratio(model, 2.0), True)[0]
             slope = 1.0 / f2 - 1.0 / f1
@@ -308,7 +313,7 @@ class Scorer:
             if self.policy is not None:
                 self.prime([option], [bucket])
                 return memo[key]
-            cost = self.cost(option, bucket.batch)
+            cost = self.cost(option, bucket.batch, bucket.temperature > 0)
             out = self._score(option, bucket, cost, cost_source(cost) == MEASURED)
             memo[key] = out
         return out
@@ -336,7 +341,7 @@ class Scorer:
             return
         cands = [self.candidate(o, b) for o, b in todo]
         # The roofline step cost does not depend on α: one cached value serves all three rows.
-        costs = [self.cost(o, b.batch) for o, b in todo]
+        costs = [self.cost(o, b.batch, b.temperature > 0) for o, b in todo]
         ratios = [cost.step_ratio if c.evidence.cost is None or cost_source(cost) == MEASURED else None
                   for cost, c in zip(costs, cands)]
         mean = self.policy.predict(feature_matrix(cands, ratios))
