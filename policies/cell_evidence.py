@@ -107,7 +107,8 @@ def cost_from_cell(cell: Any, caps: Capabilities,
     v_m = max((v - (1.0 - rate)) / rate if rate else v, 1.0)
     split = split_draft_cost(cell, probe, caps) if probe is not None and units else None
     d0, unit = split if split is not None else (0.0, unit)
-    return CostEvidence(unit, share, nodes, fixed, out, anchored_curve(curve, m, v_m), d0)
+    return CostEvidence(unit, share, nodes, fixed, out, anchored_curve(curve, m, v_m), d0,
+                        batch=int(_num(cell, "concurrency") or 1), unsplit_units=0.0 if split is not None else units)
 
 
 def anchored_curve(curve: Sequence[tuple[float, float]] | None, m: float,

@@ -41,7 +41,7 @@ from typing import Any
 
 from picker.engine.plugins import Capabilities
 from picker.inputs.workload import TASK_TYPES
-from policies.analytic import Config, CostContext, config_cost
+from policies.analytic import Config, CostContext, chain, config_cost
 from policies.analytic import expected_length as analytic_length
 
 DRAFT_COST_KINDS = ("draft_model", "target_layer", "heads", "cpu_lookup", "in_forward")
@@ -61,7 +61,10 @@ class CostEvidence:
     # (N, R) measured end to end on a live engine that reports no step timings (cell_evidence.live_step_points);
     # when present they replace the draft/verify decomposition above.
     step_points: tuple[tuple[float, float], ...] = ()
-    step_points_batch: int = 1        # the concurrency the step points were measured at
+    batch: int = 1                    # the concurrency these costs were measured at
+    # Draft forwards per step of the measured cell when no probe split its drafting into d₀ and d
+    # (0: split, or nothing drafted): a chain of another length then takes the cost model's shape.
+    unsplit_units: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -244,26 +247,61 @@ def step_ratio(c: Candidate) -> float:
         return f * config_cost(c.caps, c.config, c.ctx, c.batch, sampled=c.temperature > 0).step_ratio + (1.0 - f)
     f = _drafting(c, cost.draft_share)
     m = 1.0 + cost.nodes_per_token * c.nodes
-    b = float(c.batch)
+    b = max(c.batch / cost.batch, 1.0)  # the curve's "one sequence" is the concurrency it was measured at
     plain = curve_ratio(cost.verify, b)
     # A batch of B sequences with m tokens each is read as B·m tokens in flight (stated in picker.profiler.sweep).
     verify = curve_ratio(cost.verify, b * m) / plain
     units = draft_units(c.caps, c) * tree_width(c, cost.verify)
     drafting = (cost.draft_fixed + units * cost.draft_unit) if units else 0.0
-    return drafting + f * verify + (1.0 - f)
+    if units and cost.unsplit_units and not c.is_tree and c.ctx is not None \
+            and c.caps.draft_cost in ("draft_model", "target_layer"):
+        drafting = cost.unsplit_units * cost.draft_unit * _draft_shape(c, round(cost.unsplit_units), cost.batch)
+    return drafting * _draft_at_batch(c, cost.batch) + f * verify + (1.0 - f)
+
+
+def _draft_shape(c: Candidate, n0: int, b0: int) -> float:
+    """The cost model's draft time of the candidate's chain over a chain of ``n0`` (the measured one).
+
+    One measured length cannot split a drafter's per-step cost into a fixed part and a part per
+    forward; read as all per-forward (d₀ = 0), a chain of 1 costs a quarter of a measured chain of 4.
+    A model drafter's step also pays the catch-up forward and per-sequence host work whatever its
+    length, and the load curve prices both, so its ratio between the two lengths carries the
+    measurement instead."""
+    sampled = c.temperature > 0
+    at, base = (config_cost(c.caps, cfg, c.ctx, b0, sampled=sampled).draft_seconds  # type: ignore[arg-type]
+                for cfg in (c.config, chain(n0)))
+    return at / base if base > 0 and at > 0 else c.depth / n0
+
+
+def _draft_at_batch(c: Candidate, b0: int) -> float:
+    """How much more (or less) of a plain step the drafting takes at the candidate's batch than at
+    ``b0``, where it was measured: the load curve's draft seconds over plain seconds at each.
+
+    The verify part needs no such factor (it reads the measured curve at B·m tokens in flight), but
+    the drafting cost measured at one concurrency would otherwise hold in plain-step units at every
+    batch: an eager drafter's host work per sequence (the calibrated ``*_host_s_per_seq`` terms)
+    grows with requests while a plain step's grows less. 1 without a cost context, at ``b0`` itself,
+    or where the curve prices no drafting."""
+    if c.ctx is None or c.batch == b0:
+        return 1.0
+    sampled = c.temperature > 0
+    at, base = (config_cost(c.caps, c.config, c.ctx, b, sampled=sampled) for b in (c.batch, b0))
+    if at.plain_seconds <= 0 or base.plain_seconds <= 0 or base.draft_seconds <= 0:
+        return 1.0
+    return (at.draft_seconds / at.plain_seconds) / (base.draft_seconds / base.plain_seconds)
 
 
 def _points_at_batch(c: Candidate, cost: CostEvidence, ratio: float) -> float:
     """A step ratio measured end to end at one concurrency, carried to the candidate's batch.
 
-    The measurement says what a step costs at ``cost.step_points_batch``; how that changes with the
+    The measurement says what a step costs at ``cost.batch``; how that changes with the
     batch it cannot say. The load curve can: its drafting step's ratio at the candidate's batch over
     its ratio at the measured one scales the measured drafting steps' ratio (steps that found nothing
     to draft stay at one plain step). An assumption, stated: the engine is off the model by the same
     factor at every batch. Before this, a ratio measured at concurrency 1 held at every batch, so a
     CPU deployment whose verify goes compute-bound at four sequences kept its batch-1 gain at 512.
     """
-    b0, f = cost.step_points_batch, _drafting(c, cost.draft_share)
+    b0, f = cost.batch, _drafting(c, cost.draft_share)
     if c.ctx is None or c.batch == b0 or f <= 0:
         return ratio
     sampled = c.temperature > 0

@@ -89,3 +89,32 @@ def test_at_four_requests_the_same_measurements_leave_it_off(tmp_path: Path) -> 
     rec = recommend(load_profile(path), load_measurements(MEASURED))
     assert rec.decision.strategy == "none"
     assert rec.predicted_speedup.mean == 1.0
+
+
+@pytest.mark.parametrize("strategy", ["vanilla", "eagle3"])
+def test_one_measured_length_carries_to_others_in_the_cost_models_shape(strategy: str) -> None:
+    """Timings of one chain length (no probe to split the drafting into d₀ and d): a model
+    drafter's chain of 1 is not a quarter of a measured chain of 4. Its catch-up forward and
+    per-sequence host work are paid at every length, and the load curve's ratio between the two
+    lengths carries the measurement instead. The measured length itself is unchanged."""
+    from dataclasses import replace
+
+    from policies import CostEvidence, Evidence
+    from policies.features import Candidate
+
+    sc = Scorer(load_profile(PROFILE), None)
+    caps = load_strategies()[strategy].capabilities
+    cost = CostEvidence(0.4, verify=((1.0, 1.0), (5.0, 1.6)), batch=1, unsplit_units=4.0)
+    split = replace(cost, unsplit_units=0.0)  # the same numbers read the old way: all per forward
+
+    def ratio(n: int, c: CostEvidence) -> float:
+        return step_ratio(Candidate(caps, n, 1, n + 1, 0.0, 1, 1024, "code", Evidence(0.7, 0.7, 0.7, cost=c), sc.ctx))
+
+    m1 = sc.model_cost(next(o for o in options_for(sc.profile, load_strategies(), sc.ctx.target)
+                            if o.plugin.name == strategy and o.config.depth == 1 and not o.config.is_tree), 1)
+    m4 = sc.model_cost(next(o for o in options_for(sc.profile, load_strategies(), sc.ctx.target)
+                            if o.plugin.name == strategy and o.config.depth == 4 and not o.config.is_tree), 1)
+    assert ratio(4, cost) == pytest.approx(ratio(4, split))
+    shape = m1.draft_seconds / m4.draft_seconds
+    assert shape > 0.25  # the model prices a fixed part
+    assert ratio(1, cost) - ratio(1, split) == pytest.approx(4 * 0.4 * shape - 0.4, rel=1e-6)

@@ -96,6 +96,26 @@ def test_measured_gain_prices_the_measured_range_and_the_model_the_rest(zoo_load
             assert cost_source(cost) == MODEL and cost == scorer.model_cost(row.option, batch)
 
 
+def test_a_measured_level_prices_every_length_with_its_own_timings(zoo_load: dict[str, Path]) -> None:
+    """At a concurrency the profile measured, the step timings come from the cell measured there
+    (acceptance still from the lowest level); at one it did not, from the lowest level's."""
+    from picker.engine.plugins import load_strategies
+    from picker.inputs.measurements import load_measurements
+    from picker.inputs.workload import load_profile
+    from picker.recommend.scoring import Scorer
+
+    sc = Scorer(load_profile(zoo_load["profile"]), load_measurements(zoo_load["summary"]), measured_costs=True)
+    medusa = load_strategies()["medusa"]
+    low = sc.evidence(medusa, "code", 0.0, 1)
+    assert low.cost is not None and low.cost.batch == 1
+    for batch in LEVELS:
+        ev = sc.evidence_at(medusa, "code", 0.0, 1, batch)
+        assert ev.cost is not None and ev.cost.batch == batch and ev.alpha == low.alpha
+        assert ev.cost.output_tokens == low.cost.output_tokens
+    assert sc.evidence_at(medusa, "code", 0.0, 1, 8) is low
+    assert sc.evidence_at(medusa, "code", 0.0, 1, 4).cost != low.cost
+
+
 def test_the_schedule_follows_the_measurement_inside_and_says_model_outside(zoo_load: dict[str, Path]) -> None:
     from picker.inputs.measurements import load_measurements
     from picker.inputs.workload import load_profile

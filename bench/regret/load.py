@@ -112,7 +112,7 @@ def choose(prof: WorkloadProfile, measurements: Measurements, est: Any, grid: li
     that the profile's engine label would price the steps). A ``calibration`` prices the rest on the
     curve of the engine it was measured on (the reference loop's, ``hf``)."""
     sc = Scorer(prof, measurements, est, measured_costs=True, calibration=calibration,
-                engine=calibration.engine if calibration is not None else None)
+                engine=calibration.measured_engine if calibration is not None else None)
     plugins = load_strategies()
     like = {o.plugin.name: o for o in options_for(prof, plugins, sc.ctx.target) if not o.config.is_tree}
     opts = [Option(plugins[s], Config(*tree) if tree else chain(n), like[s].feasible, like[s].engine_supported,

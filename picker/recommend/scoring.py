@@ -95,6 +95,7 @@ class Scorer:
         # Gain against concurrency, per configuration: a step cost, so it obeys the same rule.
         self.gain_curves = gain_curves(measurements)
         self._evidence: dict[tuple[str, str, float, int], Evidence] = {}
+        self._evidence_at: dict[tuple[str, str, float, int, int], Evidence] = {}
         # Memo tables per option (options hash by identity): the scorer's own, never the option's.
         self._costs: dict[Option, dict[tuple[int, bool], StepCost]] = {}
         self._step_costs: dict[Option, dict[int, StepCost]] = {}
@@ -165,7 +166,7 @@ class Scorer:
             if ev.cost is None and self.measured_costs and (points := self._live_points(plugin.name, cell)):
                 # A live engine: no step timings, but tokens/s against plain at measured lengths.
                 ev = replace(ev, cost=CostEvidence(0.0, draft_share=ev.draft_share, step_points=points,
-                                                     step_points_batch=cell.concurrency))
+                                                     batch=cell.concurrency))
             if ev.cost is None or not self.measured_costs:
                 ev = replace(ev, cost=None)
             else:  # the fixed per-generation time (prefill) is spread over the workload's output length
@@ -179,6 +180,30 @@ class Scorer:
             ev = Evidence(p.alpha * scale, p.alpha_low * scale, min(p.alpha_high * scale, 1.0),
                           "prior", citations=tuple(p.citations))
         self._evidence[key] = ev
+        return ev
+
+    def evidence_at(self, plugin: StrategyPlugin, task: str, temperature: float, depth: int, batch: int) -> Evidence:
+        """:meth:`evidence` with its step timings from the cell measured at concurrency ``batch``
+        where the measurements have one (the same strategy, task and temperature; the cell at this
+        depth, else the deepest), so a level the profile measured prices every draft length with
+        timings taken there; acceptance stays the lowest level's. Elsewhere the lowest level's
+        timings, carried to ``batch`` by the cost model (``policies.features.step_ratio``)."""
+        ev = self.evidence(plugin, task, temperature, depth)
+        if ev.cost is None or ev.cost.step_points or ev.cost.batch == batch:
+            return ev
+        key = (plugin.name, task, temperature, depth, batch)
+        done = self._evidence_at.get(key)
+        if done is not None:
+            return done
+        cells = [c for c in self._cells(plugin.name, task, temperature) if c.concurrency == batch]
+        exact = [c for c in cells if c.num_draft_tokens == depth]
+        timed = None
+        if cells:
+            cell = max(exact or cells, key=lambda c: ((c.num_draft_tokens or 0), c.samples))
+            timed = evidence_from_cell(cell, plugin.capabilities, self.verify_curve, probe=self._probe(plugin.name, cell)).cost
+        if timed is not None:
+            ev = replace(ev, cost=replace(timed, output_tokens=ev.cost.output_tokens))
+        self._evidence_at[key] = ev
         return ev
 
     def alpha(self, plugin: StrategyPlugin, task: str, temperature: float) -> Alpha:
@@ -223,7 +248,7 @@ class Scorer:
                     pairs.append((b.weight, self.cost(option, batch, b.temperature > 0).step_ratio))
                 else:
                     pairs.append((b.weight, step_ratio(cand)))
-                    anchor = cand.evidence.cost.step_points_batch if cand.evidence.cost.step_points else 1
+                    anchor = cand.evidence.cost.batch
             total = sum(w for w, _ in pairs)
             memo[batch] = cost if anchor is None or total <= 0 else with_ratio(
                 cost, sum(w * r for w, r in pairs) / total, AnchoredStepCost, measured_at=anchor)
@@ -289,12 +314,12 @@ class Scorer:
     def candidate(self, option: Option, bucket: Bucket) -> Candidate:
         """The policy's row for ``option`` on ``bucket`` (``policies.features``)."""
         c = option.config
-        ev = self.evidence(option.plugin, bucket.task, bucket.temperature, 0 if c.is_tree else c.depth)
+        ev = self.evidence_at(option.plugin, bucket.task, bucket.temperature, 0 if c.is_tree else c.depth, bucket.batch)
         topk, tokens = c.topk, c.num_draft_tokens
         if c.is_tree and bucket.temperature > 0 and not option.caps.sampled_tree and self._reference_costs(ev):
             # Measured on the reference loop, whose drafter sends a sampled chain of the tree's depth
             # when sampling (declared in its capabilities): score what it will actually run.
-            ev = self.evidence(option.plugin, bucket.task, bucket.temperature, c.depth)
+            ev = self.evidence_at(option.plugin, bucket.task, bucket.temperature, c.depth, bucket.batch)
             topk, tokens = 1, c.depth + 1
         return Candidate(option.caps, c.depth, topk, tokens, bucket.temperature, bucket.batch,
                          self.ctx.context_len, bucket.task, ev, self.ctx)
@@ -322,7 +347,7 @@ class Scorer:
         """(mean, low, high) on ``bucket`` at step cost ``cost``; ``use_ratio``: its ratio replaces
         the measured cost evidence's own (the measured curve outranks the per-step timings)."""
         c = option.config
-        ev = self.evidence(option.plugin, bucket.task, bucket.temperature, 0 if c.is_tree else c.depth)
+        ev = self.evidence_at(option.plugin, bucket.task, bucket.temperature, 0 if c.is_tree else c.depth, bucket.batch)
         if ev.cost is None and not ev.per_position:  # α alone: the load curve's cost model
             return speedup(c, ev.alpha, cost), speedup(c, ev.alpha_low, cost), speedup(c, ev.alpha_high, cost)
         # per-position acceptance and/or measured step costs
