@@ -21,7 +21,7 @@ runs when speculation is turned on).
           --chain-lengths 1-5,8 --trees 3x2x6,5x4x8 --concurrency 1,4,16 --prompts-per-task 16 \\
           --max-new-tokens 32 --no-curve --threads 1 --out runs/sweep-load
     $ specpick profile --model zoo --strategies ngram,vanilla,lookahead,medusa,eagle3 --num-draft-tokens 4 \\
-          --temperatures 0,1 --concurrency 1,4,16 --limit-per-task 8 --max-new-tokens 32 --seed 1 \\
+          --temperatures 0,1 --concurrency 1,4,16 --limit-per-task 16 --max-new-tokens 32 --seed 1 \\
           --out runs/prof-load
     $ python -m bench.regret.load --sweep runs/sweep-load --profile runs/prof-load --out runs/regret-load
     $ python -m bench.regret.load ... --calibration bench/load/zoo-ci-cpu-calibration-2026-12-03.json

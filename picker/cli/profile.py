@@ -33,6 +33,7 @@ from picker.profiler.options import (
     parse_temperatures,
     prompts_by_task,
     resolve_model,
+    unfilled_levels,
     workload_defaults,
 )
 
@@ -165,6 +166,8 @@ def profile(
     chosen = parse_list(strategies, "--strategies") if strategies else default
     client = {"timeout": timeout, "retries": retries, "backoff": backoff}
     levels = parse_concurrency(concurrency, default=1 if backend is Backend.torch else 4)
+    if (note := unfilled_levels(levels, by_task)) is not None:
+        typer.echo(f"warning: {note}", err=True)
     source = _source(backend, model, url, parse_artifacts(artifact or []), client, levels[0], threads, device,
                      plain_url, prompt_format.value)
     config = ProfileConfig(

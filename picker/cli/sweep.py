@@ -23,6 +23,7 @@ from picker.profiler.options import (
     parse_draft_lengths,
     parse_list,
     parse_temperatures,
+    unfilled_levels,
 )
 from picker.profiler.options import prompts_by_task as _prompts
 from picker.profiler.options import resolve_model as _resolve_model
@@ -100,6 +101,8 @@ def sweep(
     check_grid(grid)
     levels = parse_concurrency(concurrency, default=1)
     by_task = _prompts("builtin", task_list, prompts_per_task, "", seed)
+    if (note := unfilled_levels(levels, by_task)) is not None:
+        typer.echo(f"warning: {note}", err=True)
     source = SweepSource(target, found, threads=threads, grid=grid)
     config = ProfileConfig(
         out=out, tasks=list(by_task), temperatures=temps, strategies=runnable, num_draft_tokens=[1],

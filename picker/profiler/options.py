@@ -10,7 +10,7 @@ command module from another (which made a circular import through ``picker.cli.m
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from picker.errors import UserError
 
@@ -54,6 +54,23 @@ def parse_concurrency(text: str | None, default: int) -> list[int]:
     if text is None:
         return [default]
     return sorted(set(_numbers(text, "--concurrency", int, 1, 256, "1..256")))
+
+
+def unfilled_levels(levels: list[int], prompts: dict[str, list[Any]]) -> str | None:
+    """A note when a concurrency level is above some task's prompt count: a wave holds C requests
+    in flight only with at least C prompts to serve, so such a level measures a smaller batch than
+    its label says (None when every level is filled).
+
+        >>> unfilled_levels([1, 4, 16], {"chat": [0] * 8, "code": [0] * 20})
+        'concurrency 16 is above the 8 prompts of chat: its waves there hold at most 8 requests in flight (raise --limit-per-task)'
+    """
+    short = {t: len(v) for t, v in prompts.items() if levels and len(v) < levels[-1]}
+    if not short:
+        return None
+    task = min(short, key=short.__getitem__)
+    high = [c for c in levels if c > short[task]]
+    return (f"concurrency {', '.join(map(str, high))} is above the {short[task]} prompts of {task}: its waves there "
+            f"hold at most {short[task]} requests in flight (raise --limit-per-task)")
 
 
 def parse_draft_lengths(text: str) -> list[int]:
