@@ -116,6 +116,43 @@ def test_a_measured_level_prices_every_length_with_its_own_timings(zoo_load: dic
     assert sc.evidence_at(medusa, "code", 0.0, 1, 4).cost != low.cost
 
 
+def test_a_sibling_of_the_measured_length_takes_its_factor_off_the_timings(
+        zoo_load: dict[str, Path], tmp_path: Path) -> None:
+    """With only Medusa N = 2 measured under load, N = 1 is priced from the step timings times
+    the factor by which N = 2's measured gain is off its own timing-based prediction at the same
+    level, task and temperature: 1 at the lowest level, interpolated in log concurrency between
+    levels, 1 outside them."""
+    from picker.engine.plugins import load_strategies
+    from picker.inputs.measurements import load_measurements
+    from picker.inputs.workload import load_profile
+    from picker.recommend.measured_load import MEASURED, cost_source
+    from picker.recommend.options import options_for
+    from picker.recommend.scoring import Bucket, Scorer
+
+    summary = json.loads(zoo_load["summary"].read_text())
+    summary["cells"] = [c for c in summary["cells"] if not (c["strategy"] == "medusa" and c["num_draft_tokens"] == 1)]
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    sc = Scorer(load_profile(zoo_load["profile"]), load_measurements(tmp_path / "summary.json"), measured_costs=True)
+    medusa = {o.config.depth: o for o in options_for(sc.profile, load_strategies(), sc.ctx.target)
+              if o.plugin.name == "medusa" and not o.config.is_tree}
+    one, two = medusa[1], medusa[2]
+    assert cost_source(sc.cost(two, 4)) == MEASURED and cost_source(sc.cost(one, 4)) != MEASURED
+    gains = _gains(tmp_path / "summary.json")
+    factors = {}
+    for level in LEVELS:
+        b = Bucket("code", level, 0.0, 1.0)
+        factors[level] = sc.level_factor(one, b)
+        timed = sc._score(one, b, sc.cost(one, level), False)
+        assert sc.bucket_speedup(one, b) == pytest.approx(tuple(factors[level] * x for x in timed))
+        if level > 1:  # N = 2's timings times the factor give back its measured gain
+            own = sc._score(two, b, sc.model_cost(two, level), False)[0]
+            assert factors[level] * own == pytest.approx(gains[(2, level)], rel=1e-9)
+    assert factors[1] == 1.0 and sc.level_factor(two, Bucket("code", 4, 0.0, 1.0)) == 1.0
+    w = math.log(1.5) / math.log(2)
+    assert sc.level_factor(one, Bucket("code", 3, 0.0, 1.0)) == pytest.approx(factors[2] + w * (factors[4] - factors[2]))
+    assert sc.level_factor(one, Bucket("code", 8, 0.0, 1.0)) == 1.0
+
+
 def test_the_schedule_follows_the_measurement_inside_and_says_model_outside(zoo_load: dict[str, Path]) -> None:
     from picker.inputs.measurements import load_measurements
     from picker.inputs.workload import load_profile

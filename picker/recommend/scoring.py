@@ -101,6 +101,7 @@ class Scorer:
         self._step_costs: dict[Option, dict[int, StepCost]] = {}
         self._ratios: dict[Option, tuple[tuple[int, float], ...]] = {}
         self._speedups: dict[Option, dict[BucketKey, Speedups]] = {}
+        self._factors: dict[tuple[Option, BucketKey], float] = {}
 
     def has_evidence(self, plugin: StrategyPlugin, bs: Sequence[Bucket]) -> bool:
         """Measured cells near every bucket, or a cited prior: without either it cannot be scored."""
@@ -339,9 +340,50 @@ class Scorer:
                 self.prime([option], [bucket])
                 return memo[key]
             cost = self.cost(option, bucket.batch, bucket.temperature > 0)
-            out = self._score(option, bucket, cost, cost_source(cost) == MEASURED)
+            f = self.level_factor(option, bucket)
+            out = tuple(f * x for x in self._score(option, bucket, cost, cost_source(cost) == MEASURED))  # type: ignore[assignment]
             memo[key] = out
         return out
+
+    def level_factor(self, option: Option, bucket: Bucket) -> float:
+        """How far a measured sibling's gain is off what its step timings predict, at the bucket's
+        batch: the factor that carries to ``option`` (1 where it does not apply).
+
+        Step timings price a request's steps; a profiled gain at concurrency C is a throughput
+        ratio over whole waves, whose requests finish at different steps while their batch drains
+        (``picker.profiler``'s static waves), besides anything else the per-step pricing misses. The
+        configuration the profile ran carries that in its own measured curve (:meth:`cost`); a
+        sibling (the same strategy, another draft length or a tree) priced from the timings alone
+        would not. So at each measured level above the lowest, the measured configuration's gain
+        over its timing-based prediction on the same task and temperature is a factor, 1 at the
+        lowest level (its timings are that level's own), interpolated in log concurrency between
+        levels and never extrapolated. The sibling nearest in depth is used."""
+        if not self.measured_costs or not self.gain_curves or cost_source(self.cost(option, bucket.batch)) == MEASURED:
+            return 1.0
+        key = (option, bucket.key)
+        done = self._factors.get(key)
+        if done is not None:
+            return done
+        sibs = [(cfg, ms) for (name, cfg), ms in self.gain_curves.items()
+                if name == option.plugin.name and cfg != option.config]
+        factor = 1.0
+        if sibs:
+            cfg, ms = min(sibs, key=lambda s: (abs(s[0].depth - option.config.depth), s[0].depth))
+            sib = replace(option, config=cfg)
+            mine = sorted((m.concurrency, m.gain) for m in ms if m.task == bucket.task
+                          and abs(m.temperature - bucket.temperature) <= TEMPERATURE_MATCH)
+            points = []
+            for level, gain in mine:
+                if level == mine[0][0]:
+                    points.append((level, 1.0))
+                    continue
+                b = Bucket(bucket.task, level, bucket.temperature, 1.0)
+                pred = self._score(sib, b, self.model_cost(sib, level, bucket.temperature > 0), False)[0]
+                if pred > 0:
+                    points.append((level, gain / pred))
+            factor = interpolate(points, bucket.batch) or 1.0
+        self._factors[key] = factor
+        return factor
 
     def _score(self, option: Option, bucket: Bucket, cost: StepCost, use_ratio: bool) -> Speedups:
         """(mean, low, high) on ``bucket`` at step cost ``cost``; ``use_ratio``: its ratio replaces
@@ -375,7 +417,8 @@ class Scorer:
         _, high = self.policy.predict_interval(feature_matrix(
             [replace(c, evidence=c.evidence.at(c.evidence.alpha_high)) for c in cands], ratios))
         for (o, b), m, lo, hi in zip(todo, mean, low, high):
-            self._speedups[o][b.key] = (float(m), float(min(lo, m)), float(max(hi, m)))
+            f = self.level_factor(o, b)
+            self._speedups[o][b.key] = (f * float(m), f * float(min(lo, m)), f * float(max(hi, m)))
 
 
 def shape_of(resolved: Any) -> ModelShape:  # ResolvedModelShape -> roofline ModelShape
