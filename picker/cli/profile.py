@@ -166,8 +166,8 @@ def profile(
     chosen = parse_list(strategies, "--strategies") if strategies else default
     client = {"timeout": timeout, "retries": retries, "backoff": backoff}
     levels = parse_concurrency(concurrency, default=1 if backend is Backend.torch else 4)
-    if (note := unfilled_levels(levels, by_task)) is not None:
-        typer.echo(f"warning: {note}", err=True)
+    # Said once the run is done, so that a run failing on bad input still ends in one error line.
+    unfilled = unfilled_levels(levels, by_task)
     source = _source(backend, model, url, parse_artifacts(artifact or []), client, levels[0], threads, device,
                      plain_url, prompt_format.value)
     config = ProfileConfig(
@@ -182,6 +182,8 @@ def profile(
     )
     progress = RichProgress("quiet" if quiet else None)
     summary = _run(Profiler(source, by_task, config, progress), progress, out)
+    if unfilled is not None:
+        typer.echo(f"warning: {unfilled}", err=True)
     if not quiet:
         from picker.profiler.load import print_load_table
         from picker.profiler.table import print_summary

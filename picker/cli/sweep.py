@@ -101,8 +101,8 @@ def sweep(
     check_grid(grid)
     levels = parse_concurrency(concurrency, default=1)
     by_task = _prompts("builtin", task_list, prompts_per_task, "", seed)
-    if (note := unfilled_levels(levels, by_task)) is not None:
-        typer.echo(f"warning: {note}", err=True)
+    # Said once the run is done, so that a run failing on bad input still ends in one error line.
+    unfilled = unfilled_levels(levels, by_task)
     source = SweepSource(target, found, threads=threads, grid=grid)
     config = ProfileConfig(
         out=out, tasks=list(by_task), temperatures=temps, strategies=runnable, num_draft_tokens=[1],
@@ -124,6 +124,8 @@ def sweep(
     except KeyboardInterrupt:
         typer.echo(f"interrupted: continue with --resume (records kept in {out / 'records.jsonl'})", err=True)
         raise typer.Exit(code=130) from None
+    if unfilled is not None:
+        typer.echo(f"warning: {unfilled}", err=True)
     data = write_sweep_file(out, grid, {"model": model, "tasks": list(by_task), "temperatures": temps,
                                          "skipped_strategies": skipped, "max_new_tokens": max_new_tokens,
                                          "concurrency": levels}, points)
