@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.regret.load import PLAIN, cell_key, sweep_gains, what_runs
+from bench.regret.load import PLAIN, cell_key, stats, sweep_gains, what_runs
 from picker.inputs.workload import load_profile
 from picker.recommend.pipeline import recommend
 
@@ -59,3 +59,17 @@ def test_sweep_cells_are_keyed_by_workload_and_configuration() -> None:
     assert cell_key(cells[0]) == ("eagle3", 5, (5, 4, 8))  # a tree is keyed by its depth and shape
     assert gains[("code", 0.0, 4)] == {PLAIN: 1.0, ("eagle3", 5, (5, 4, 8)): 1.3, ("ngram", 5, None): 0.9}
     assert gains[("code", 0.0, 1)] == {PLAIN: 1.0, ("ngram", 5, None): 1.7}  # no level: concurrency 1
+
+
+def test_stats_report_the_oracles_ceiling_over_the_best_default() -> None:
+    # Two workloads: the choice reaches the sweep's best on one, 0.9 of it on the other. The goal
+    # "1.15x the best default" is out of reach wherever the sweep's best itself is below that.
+    rows = [{"ratio_to_best": 1.0, "ratio_to_best_default": 1.2, "best_to_best_default": 1.2},
+            {"ratio_to_best": 0.9, "ratio_to_best_default": 0.99, "best_to_best_default": 1.1}]
+    s = stats(rows)
+    assert s["median_ratio_to_best"] == 0.95 and s["worst_ratio_to_best"] == 0.9
+    assert s["share_at_least_1.15x_best_default"] == 0.5
+    assert s["median_best_to_best_default"] == 1.15 and s["share_best_at_least_1.15x_best_default"] == 0.5
+    # No default measured on a workload: it counts toward the ratio to the best, not the ceiling.
+    s = stats([*rows, {"ratio_to_best": 1.0, "ratio_to_best_default": None, "best_to_best_default": None}])
+    assert s["workloads"] == 3 and s["median_best_to_best_default"] == 1.15

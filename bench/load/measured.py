@@ -342,14 +342,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                            per.get(_key(e), ()), wave_rounds(Path(run)))
                    for e in summary.get("load", []) if len(e["gain"]) > 1 and (keep is None or e["strategy"] in keep)]
     checks.sort(key=lambda c: c.key)
-    _print(checks)
+    print_checks(checks)
     if args.json:
         args.json.write_text(json.dumps([{**asdict(c), "errors": c.errors, "crossover_ok": c.crossover_ok}
                                          for c in checks], indent=1))
     return 0
 
 
-def _print(checks: Sequence[CurveCheck]) -> None:
+def print_checks(checks: Sequence[CurveCheck]) -> None:
     levels = checks[0].levels if checks else ()
     print("| curve | " + " | ".join(f"C={c}" for c in levels) + " | crossover measured / predicted |")
     print("|---|" + "---|" * len(levels) + "---|")
