@@ -67,6 +67,10 @@ class CurveCheck:
     def errors(self) -> list[float]:
         return [p / m - 1.0 for p, m in zip(self.predicted[1:], self.measured[1:])]
 
+    def as_json(self) -> dict[str, Any]:
+        """The fields, the errors and the crossover verdict, as the benches' ``--json`` writes them."""
+        return {**asdict(self), "errors": self.errors, "crossover_ok": self.crossover_ok}
+
     @property
     def crossover_ok(self) -> bool:
         """Within one step of the doubling grid (a factor of 2), or neither crosses.
@@ -291,9 +295,14 @@ def predict(entry: dict[str, Any], target: ModelShape, draft: ModelShape | None,
         return plain_t / (pre + scale * decode)
 
     predicted = tuple(gain(c) for c in levels)
-    key = f"{entry['task']} T={entry['temperature']:g} {entry['strategy']} N={n}" + (f" tree={tree}" if tree else "")
+    key = curve_label(entry["task"], entry["temperature"], entry["strategy"], n, tree)
     return CurveCheck(key, levels, measured, predicted, crossover(list(zip(levels, measured))),
                       crossover(list(zip(levels, predicted))))
+
+
+def curve_label(task: str, temperature: float, strategy: str, n: int, tree: Any) -> str:
+    """How a curve is named in the printed tables and the JSON (e.g. ``chat T=0 ngram N=4``)."""
+    return f"{task} T={temperature:g} {strategy} N={n}" + (f" tree={tree}" if tree else "")
 
 
 def _key(entry: dict[str, Any]) -> tuple[Any, ...]:
@@ -344,8 +353,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     checks.sort(key=lambda c: c.key)
     print_checks(checks)
     if args.json:
-        args.json.write_text(json.dumps([{**asdict(c), "errors": c.errors, "crossover_ok": c.crossover_ok}
-                                         for c in checks], indent=1))
+        args.json.write_text(json.dumps([c.as_json() for c in checks], indent=1))
     return 0
 
 

@@ -21,11 +21,10 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Sequence
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench.load.measured import CurveCheck, print_checks
+from bench.load.measured import CurveCheck, curve_label, print_checks
 from picker.profiler.load import crossover
 
 Key = tuple[Any, ...]
@@ -52,9 +51,7 @@ def check(key: Key, measured: Sequence[tuple[int, float]], other: Sequence[tuple
         return None
     scale = pts[0][1] / theirs[pts[0][0]] if anchor else 1.0
     predicted = [(c, theirs[c] * scale) for c, _ in pts]
-    task, temp, strategy, n, tree = key
-    label = f"{task} T={temp:g} {strategy} N={n}" + ("" if tree is None else f" {tree}")
-    return CurveCheck(label, tuple(c for c, _ in pts), tuple(g for _, g in pts), tuple(p for _, p in predicted),
+    return CurveCheck(curve_label(*key), tuple(c for c, _ in pts), tuple(g for _, g in pts), tuple(p for _, p in predicted),
                       crossover(pts), crossover(predicted))
 
 
@@ -79,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"\n## {name} ({'raw' if args.raw else 'anchored at the smallest level'})\n")
         checks = compare(x, y, anchor=not args.raw)
         print_checks(checks)
-        out[name] = [{**asdict(c), "errors": c.errors, "crossover_ok": c.crossover_ok} for c in checks]
+        out[name] = [c.as_json() for c in checks]
     if args.json:
         args.json.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
     return 0

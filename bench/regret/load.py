@@ -125,21 +125,27 @@ def label(k: Key) -> str:
     return "plain" if s == "plain" else f"{s} tree {tree[0]}x{tree[1]}x{tree[2]}" if tree else f"{s} N={n}"
 
 
+def _median(values: list[float]) -> float | None:
+    return round(statistics.median(values), 4) if values else None
+
+
+def _share_at_least(values: list[float], bar: float = 1.15) -> float | None:
+    return round(sum(v >= bar for v in values) / len(values), 4) if values else None
+
+
 def stats(rs: list[dict[str, Any]]) -> dict[str, Any]:
     """Median, worst and geometric-mean ratio to the sweep's best; against the best default, the
     choice's ratio and the ceiling (the sweep's best over it), with the share reaching 1.15x."""
     vs_default = [r["ratio_to_best_default"] for r in rs if r["ratio_to_best_default"] is not None]
     ceiling = [r["best_to_best_default"] for r in rs if r["best_to_best_default"] is not None]
-    return {"workloads": len(rs), "median_ratio_to_best": round(statistics.median(r["ratio_to_best"] for r in rs), 4),
+    return {"workloads": len(rs), "median_ratio_to_best": _median([r["ratio_to_best"] for r in rs]),
             "worst_ratio_to_best": round(min(r["ratio_to_best"] for r in rs), 4),
             "geomean_ratio_to_best": round(math.exp(statistics.fmean(math.log(r["ratio_to_best"]) for r in rs)), 4),
-            "median_ratio_to_best_default": round(statistics.median(vs_default), 4) if vs_default else None,
-            "share_at_least_1.15x_best_default": round(sum(v >= 1.15 for v in vs_default) / len(vs_default), 4)
-            if vs_default else None,
+            "median_ratio_to_best_default": _median(vs_default),
+            "share_at_least_1.15x_best_default": _share_at_least(vs_default),
             # What an oracle over the same grid reaches: the sweep's best over the best default.
-            "median_best_to_best_default": round(statistics.median(ceiling), 4) if ceiling else None,
-            "share_best_at_least_1.15x_best_default": round(sum(v >= 1.15 for v in ceiling) / len(ceiling), 4)
-            if ceiling else None}
+            "median_best_to_best_default": _median(ceiling),
+            "share_best_at_least_1.15x_best_default": _share_at_least(ceiling)}
 
 
 def main() -> int:
