@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from bench.regret.vllm import cpu_preload
 from picker.cli.main import app
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,7 +64,7 @@ def test_vllm_ngram_on_the_zoo(tmp_path: Path) -> None:
     # On the CPU backend --gpu-memory-utilization is the share of host memory vLLM reserves (0.92
     # by default: refused on a shared machine); the zoo needs a few hundred MiB of KV cache.
     env = {**os.environ, "TMPDIR": str(tmp_path), "VLLM_CACHE_ROOT": str(tmp_path / "vllm-cache"),
-           "VLLM_CPU_KVCACHE_SPACE": "1"}
+           "VLLM_CPU_KVCACHE_SPACE": "1", **cpu_preload(python)}  # vLLM's CPU guide: Intel OpenMP preloaded
     log = tmp_path / "vllm.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(

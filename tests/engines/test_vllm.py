@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from bench.regret.vllm import cpu_preload
 from picker.engine.plugins import load_strategies
 from picker.inputs.workload import load_profile
 from picker.recommend.engine_configs import ENGINE_VERSIONS, ScheduleEntry, build_engine_configs
@@ -176,7 +177,8 @@ def test_vllm_serves_what_we_emit(case_id: str, method: str, zoo: Any, tmp_path:
     spec = {k: str(zoo.draft) if v == DRAFT else v for k, v in spec.items()}
     port = _free_port()
     env = {**os.environ, "TMPDIR": str(tmp_path), "VLLM_CACHE_ROOT": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1",
-           "VLLM_CPU_KVCACHE_SPACE": "1"}  # GiB: the zoo needs little, and the machine is shared
+           "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB: the zoo needs little, and the machine is shared
+           **cpu_preload(engine_python("vllm"))}  # as vLLM's CPU guide asks; its speculation stalls without
     log = tmp_path / "server.log"
     with log.open("wb") as sink:
         proc = subprocess.Popen(
