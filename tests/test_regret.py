@@ -156,6 +156,7 @@ def test_vllm_profile_rows_become_cells_with_per_position_acceptance_and_speedup
     from bench.regret.vllm_profile import cells_from_rows, per_pos_key
     from picker.inputs.measurements import Measurements
     from picker.profiler.vllm import ACCEPTED, DRAFT_TOKENS, DRAFTS
+    from policies.cell_evidence import draft_share
 
     counters = {DRAFTS: 20.0, DRAFT_TOKENS: 40.0, ACCEPTED: 30.0, per_pos_key(0): 18.0, per_pos_key(1): 12.0}
     rows = [{"config": "plain", "workload": "code@T=0", "pass": 0, "tokens": 96, "wall_s": 2.0, "counters": {}},
@@ -167,6 +168,10 @@ def test_vllm_profile_rows_become_cells_with_per_position_acceptance_and_speedup
     assert cell["per_position"] == pytest.approx([18 / 20, 12 / 18])
     assert cell["alpha_iid"] == pytest.approx(30 / 38) and cell["tau"] == pytest.approx(2.5)
     assert cell["decode_steps"] == 96 - 2 - 30
+    # 20 of the 64 steps drafted (prompt lookup drafts only on a match): phi is their output's share,
+    # (20 + 30) / 94, not 1 -- with phi = 1 the scorer gave every step tau's 2.5 tokens.
+    assert (cell["draft_steps"], cell["draft_tokens"], cell["accepted_tokens"]) == (20, 40, 30)
+    assert draft_share(cell) == pytest.approx(50 / 94)
     Measurements.model_validate({"cells": [cell]})                     # what recommend reads
 
 

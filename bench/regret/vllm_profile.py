@@ -86,7 +86,10 @@ def cells_from_rows(rows: list[dict[str, Any]], max_new_tokens: int) -> list[dic
             "task": task, "strategy": g.strategy, "temperature": float(temp), "num_draft_tokens": g.n,
             "alpha": alpha, "alpha_ci": [alpha, alpha], "alpha_iid": alpha_iid, "per_position": per_position or None,
             "samples": samples, "tokens": t["tokens"], "seconds": t["wall_s"],
-            "decode_steps": t["tokens"] - samples - accepted, "tau": 1.0 + accepted / drafts if drafts else 1.0,
+            # Prompt lookup drafts only on the steps where it finds a match: without draft_steps the
+            # scorer takes every step to draft (phi = 1) and tau, per drafting step, for every step's.
+            "decode_steps": t["tokens"] - samples - accepted, "draft_steps": drafts, "draft_tokens": drafted,
+            "accepted_tokens": accepted, "tau": 1.0 + accepted / drafts if drafts else 1.0,
             "tokens_per_second": t["tokens"] / t["wall_s"],
             "speedup_vs_plain": (t["tokens"] / t["wall_s"]) / (plain["tokens"] / plain["wall_s"]),
         })
