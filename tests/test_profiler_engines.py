@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from bench.regret.vllm import cpu_preload
+from bench.regret.vllm import Server
 from picker.cli.main import app
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,31 +58,20 @@ def test_vllm_ngram_on_the_zoo(tmp_path: Path) -> None:
     if not python.exists():
         pytest.skip(f"no vLLM venv at {python.parent.parent}: run `bash scripts/engines-setup.sh vllm`")
     target = _zoo_target()
-    max_len = min(1024, json.loads((target / "config.json").read_text()).get("max_position_embeddings", 1024))
-    port = _free_port()
     spec = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
-    # On the CPU backend --gpu-memory-utilization is the share of host memory vLLM reserves (0.92
-    # by default: refused on a shared machine); the zoo needs a few hundred MiB of KV cache.
-    env = {**os.environ, "TMPDIR": str(tmp_path), "VLLM_CACHE_ROOT": str(tmp_path / "vllm-cache"),
-           "VLLM_CPU_KVCACHE_SPACE": "1", **cpu_preload(python)}  # vLLM's CPU guide: Intel OpenMP preloaded
-    log = tmp_path / "vllm.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(target), "--host", "127.0.0.1",
-             "--port", str(port), "--enforce-eager", "--dtype", "float32", "--max-model-len", str(max_len),
-             "--gpu-memory-utilization", "0.15", "--speculative-config", json.dumps(spec)],
-            stdout=out, stderr=subprocess.STDOUT, env=env)
-    url = f"http://127.0.0.1:{port}"
+    # The benches' launcher: loopback, float32, eager, a small KV-cache reservation (the CPU backend
+    # reserves 92% of host memory by default), Intel OpenMP preloaded.
+    server = Server(python, target, spec, tmp_path)
+    url = server.url
     try:
-        _wait_up(f"{url}/v1/models", proc, log, limit=420)
+        server.wait_up()
         result = runner.invoke(app, ["profile", "--backend", "vllm", "--url", url, "--strategies", "ngram",
                                      "--tasks", "summarization,creative", "--temperatures", "0",
                                      "--limit-per-task", "8", "--max-new-tokens", "48", "--ignore-eos", "--concurrency", "4",
                                      "--no-early-stop", "--quiet", "--out", str(tmp_path / "run")])
         assert result.exit_code == 0, result.output
     finally:
-        proc.terminate()
-        proc.wait(timeout=60)
+        server.stop()
     cells = {c["task"]: c for c in json.loads((tmp_path / "run" / "summary.json").read_text())["cells"]}
     assert set(cells) == {"summarization", "creative"}
     for c in cells.values():

