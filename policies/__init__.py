@@ -26,8 +26,10 @@ _EXPORTS: dict[str, str] = {
     "StepCost": "costmodel", "estimate": "estimation", "eagle_layer_shape": "costmodel",
     "medusa_heads_shape": "costmodel", "ModelShape": "roofline",
     # evidence and candidate rows
-    "Candidate": "features", "CostEvidence": "features", "Evidence": "features", "base_range": "features",
-    "base_speedup": "features", "feature_matrix": "features", "step_ratio": "features",
+    "Candidate": "evidence", "CostEvidence": "evidence", "Evidence": "evidence",
+    # the core speedup model of one candidate row, and its numeric encoding for the learned correction
+    "base_range": "speedup_model", "base_speedup": "speedup_model", "step_ratio": "speedup_model",
+    "feature_matrix": "encoding",
     "evidence_from_cell": "cell_evidence", "live_step_points": "cell_evidence",
     "load_priors": "priors",
     # the fitted policy
@@ -86,15 +88,8 @@ if TYPE_CHECKING:  # the same names, for type checkers
     )
     from policies.estimation import estimate
     from policies.estimator import SpeedupEstimator
-    from policies.features import (
-        Candidate,
-        CostEvidence,
-        Evidence,
-        base_range,
-        base_speedup,
-        feature_matrix,
-        step_ratio,
-    )
+    from policies.encoding import feature_matrix
+    from policies.evidence import Candidate, CostEvidence, Evidence
     from policies.loadcurve import engine_curve
     from policies.online import (
         JEFFREYS,
@@ -109,4 +104,5 @@ if TYPE_CHECKING:  # the same names, for type checkers
     from policies.priors import load_priors
     from policies.roofline import ModelShape
     from policies.scalar import chain_length, solve_alpha, tree_length
+    from policies.speedup_model import base_range, base_speedup, step_ratio
     from policies.theory import expected_length_iid

@@ -27,7 +27,7 @@ from picker.recommend.pipeline import recommend
 from picker.recommend.scoring import Scorer
 from picker.recommend.table import Bucket, Option, buckets
 from policies import break_even, step_ratio
-from policies.features import draft_step_share, drafted_length
+from policies.speedup_model import draft_step_share, drafted_length
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILE = ROOT / "profiles" / "code-assistant-qwen-llamacpp.yaml"
@@ -100,7 +100,7 @@ def test_one_measured_length_carries_to_others_in_the_cost_models_shape(strategy
     from dataclasses import replace
 
     from policies import CostEvidence, Evidence
-    from policies.features import Candidate
+    from policies.evidence import Candidate
 
     sc = Scorer(load_profile(PROFILE), None)
     caps = load_strategies()[strategy].capabilities

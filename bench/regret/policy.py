@@ -34,7 +34,8 @@ from picker.recommend.scoring import Scorer
 from picker.recommend.table import Bucket, Option
 from policies import analytic
 from policies.estimator import SpeedupEstimator
-from policies.features import FEATURES, base_speedup, feature_matrix, generation_steps
+from policies.encoding import FEATURES, feature_matrix
+from policies.speedup_model import base_speedup, generation_steps
 
 OUT_TOKENS = 48
 # The learned correction is not carried beyond the temperatures and batch sizes it was fitted on.
