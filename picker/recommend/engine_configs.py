@@ -118,6 +118,18 @@ TRT_NGRAM_MATCH = 2  # NGramDecodingConfig.max_matching_ngram_size default
 LLAMA_NGRAM_LOOKUP = 3
 
 
+def runs_batch_schedule(engine: str, algorithm: str, topk: int) -> bool:
+    """Whether ``engine`` switches the draft length by batch size for ``algorithm`` (the engine's own
+    name) at ``topk``: SGLang's adaptive speculation for EAGLE and EAGLE3 chains, vLLM's per-batch
+    lengths, TensorRT-LLM's ``draft_len_schedule`` for linear drafting; llama.cpp has none. Where it
+    does not, the engine drafts the deployed length at every batch size, and the plan says so."""
+    if engine == "sglang":
+        return algorithm in SGLANG_ADAPTIVE_ALGORITHMS and topk == 1
+    if engine == "tensorrt_llm":
+        return topk == 1 and algorithm not in ("Medusa", "Lookahead")
+    return engine == "vllm"
+
+
 @dataclass(frozen=True)
 class ScheduleEntry:
     """Batch sizes ``min_batch..max_batch`` (inclusive; None = no upper bound) draft K tokens."""
@@ -220,7 +232,7 @@ def _sglang(name: str, depth: int, topk: int, ndt: int, schedule: list[ScheduleE
     adaptive = sglang_adaptive_config(schedule)
     if adaptive is None:
         return cfg
-    if name in SGLANG_ADAPTIVE_ALGORITHMS and topk == 1:
+    if runs_batch_schedule("sglang", name, topk):
         cfg["args"] = args + ["--speculative-adaptive", "--speculative-adaptive-config", SGLANG_ADAPTIVE_FILE]
         cfg["adaptive_config"] = adaptive
         notes.append(f"sglang: write adaptive_config to {SGLANG_ADAPTIVE_FILE}; SGLang routes a batch by its "
@@ -246,22 +258,19 @@ def _vllm(name: str, n: int, schedule: list[ScheduleEntry], draft_path: str | No
 def _trt(name: str, n: int, depth: int, topk: int, ndt: int, draft_path: str | None,
          schedule: list[ScheduleEntry], choices: list[list[int]] | None, notes: list[str]) -> dict[str, Any]:
     cfg: dict[str, Any] = {"decoding_type": name}
-    linear = True
     if name == "Eagle3":
         cfg.update(max_draft_len=depth, speculative_model=draft_path)
         if topk > 1:  # EAGLE-2 dynamic tree: max_draft_len <= total nodes <= topK * max_draft_len
-            linear = False
             cfg.update(use_dynamic_tree=True, dynamic_tree_max_topK=topk,
                        max_total_draft_tokens=min(max(depth, ndt - 1), depth * topk))
     elif name == "Medusa":
         tree = choices or medusa_choices(depth, topk, max(ndt - 1, 1))
-        linear = False
         # max_draft_len counts tree nodes for Medusa; one head per tree level.
         cfg.update(max_draft_len=len(tree), num_medusa_heads=max(len(p) for p in tree),
                    speculative_model=draft_path, medusa_choices=tree)
         notes.append("tensorrt_llm: Medusa runs on the TensorRT engine backend (trtllm-build), not PyTorch")
     elif name == "Lookahead":
-        linear = False  # no runtime draft-length control
+        # no runtime draft-length control (runs_batch_schedule)
         cfg.update(max_window_size=TRT_LOOKAHEAD_WINDOW, max_ngram_size=n + 1,
                    max_verification_set_size=TRT_LOOKAHEAD_VERIFICATION_SET)
         notes.append("tensorrt_llm: Lookahead runs on the TensorRT engine backend (trtllm-build), not PyTorch")
@@ -270,7 +279,7 @@ def _trt(name: str, n: int, depth: int, topk: int, ndt: int, draft_path: str | N
     else:
         cfg.update(max_draft_len=n, speculative_model=draft_path)
     if _varies(schedule):
-        if not linear:
+        if not runs_batch_schedule("tensorrt_llm", name, topk):
             notes.append(f"tensorrt_llm: no batch schedule for {name} trees or engine-backend methods; "
                          "it drafts the full length at every batch size")
         else:
