@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 _EXPORTS: dict[str, str] = {
     # the analytic cost model of one configuration
     "Config": "analytic", "CostContext": "analytic", "chain": "analytic", "configs_for": "analytic",
-    "config_cost": "analytic", "speedup": "analytic", "break_even": "analytic",
+    "config_cost": "analytic", "speedup": "analytic", "break_even": "analytic", "expected_length": "analytic",
     # step costs and shapes
     "StepCost": "costmodel", "estimate": "estimation", "eagle_layer_shape": "costmodel",
     "medusa_heads_shape": "costmodel", "ModelShape": "roofline",
@@ -49,7 +49,8 @@ __all__ = [  # every key of _EXPORTS (tests/test_recommend_pipeline.py checks th
     "ModelShape", "OnlineParams", "Policy", "SpeedupEstimator", "StepCost", "base_range", "base_speedup",
     "beta_quantile", "beta_var", "break_even", "break_even_from_ratio", "calibration_for", "chain",
     "chain_evidence", "chain_length", "config_cost", "configs_for", "decayed_update", "eagle_layer_shape",
-    "engine_curve", "estimate", "evidence_from_cell", "expected_length_iid", "feature_matrix", "gate_next",
+    "engine_curve", "estimate", "evidence_from_cell", "expected_length", "expected_length_iid", "feature_matrix",
+    "gate_next",
     "live_step_points", "load_calibration", "load_policy", "load_priors", "medusa_heads_shape",
     "solve_alpha", "speedup", "step_ratio", "tree_length",
 ]
@@ -76,6 +77,7 @@ if TYPE_CHECKING:  # the same names, for type checkers
         chain,
         config_cost,
         configs_for,
+        expected_length,
         speedup,
     )
     from policies.artifacts import Policy, load_policy

@@ -393,18 +393,18 @@ def test_recommend_uses_live_step_ratios_when_the_engine_reports_no_timings(tmp_
     from picker.engine.plugins import load_strategies
     from picker.inputs.measurements import Measurements
     from picker.inputs.workload import load_profile
-    from picker.recommend.scoring import Scorer
+    from picker.recommend.evidence_index import evidence, index_evidence
 
     profile = load_profile(Path(__file__).parents[1] / "profiles" / "chat-70b-h100.yaml")
     live = {"task": "chat", "strategy": "ngram", "temperature": 0.0, "alpha": 0.5, "alpha_ci": [0.4, 0.6],
             "alpha_iid": 0.5, "samples": 10, "num_draft_tokens": 4, "tau": 2.0, "tokens": 480,
             "speedup_vs_plain": 0.8, "per_position": [0.5, 0.5, 0.5, 0.5]}
     m = Measurements.model_validate({"cells": [live], "run": {"backend": profile.engine.name}})
-    ev = Scorer(profile, m).evidence(load_strategies()["ngram"], "chat", 0.0, 4)
+    ev = evidence(index_evidence(profile, m), load_strategies()["ngram"], "chat", 0.0, 4)
     assert ev.cost is not None and ev.cost.step_points and ev.cost.step_points[0][0] == 4
     no_speedup = Measurements.model_validate({"cells": [{**live, "speedup_vs_plain": None}],
                                               "run": {"backend": profile.engine.name}})
-    assert Scorer(profile, no_speedup).evidence(load_strategies()["ngram"], "chat", 0.0, 4).cost is None
+    assert evidence(index_evidence(profile, no_speedup), load_strategies()["ngram"], "chat", 0.0, 4).cost is None
 
 
 def test_a_drafter_that_samples_chains_is_scored_as_the_chain_it_runs() -> None:
@@ -414,7 +414,9 @@ def test_a_drafter_that_samples_chains_is_scored_as_the_chain_it_runs() -> None:
     from picker.engine.plugins import load_strategies
     from picker.inputs.measurements import Measurements
     from picker.inputs.workload import load_profile
-    from picker.recommend.scoring import Bucket, Option, Scorer
+    from picker.recommend.costs import cost_context
+    from picker.recommend.evidence_index import candidate, index_evidence
+    from picker.recommend.table import Bucket, Option
 
     profile = load_profile(Path(__file__).parents[1] / "profiles" / "chat-70b-h100.yaml")
     plugins = load_strategies()
@@ -425,9 +427,9 @@ def test_a_drafter_that_samples_chains_is_scored_as_the_chain_it_runs() -> None:
 
     def row(strategy: str, temperature: float, backend: str = "torch") -> Candidate:
         m = Measurements.model_validate({"cells": cells, "run": {"backend": backend}})
-        sc = Scorer(profile, m, measured_costs=True)
+        index = index_evidence(profile, m, measured_costs=True)
         opt = Option(plugins[strategy], tree, True, True)
-        return sc.candidate(opt, Bucket("chat", 1, temperature, 1.0))
+        return candidate(index, cost_context(profile), opt, Bucket("chat", 1, temperature, 1.0))
 
     assert (row("eagle3", 1.0).is_tree, row("eagle3", 1.0).nodes) == (False, 4)
     assert row("eagle3", 0.0).is_tree and row("medusa", 1.0).is_tree

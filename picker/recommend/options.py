@@ -6,7 +6,7 @@ profile's engine has an algorithm for it (and verifies trees, for a tree).
 
     >>> from picker.inputs.workload import load_profile
     >>> from picker.engine.plugins import load_strategies
-    >>> from picker.recommend.scoring import cost_context
+    >>> from picker.recommend.costs import cost_context
     >>> profile = load_profile("profiles/creative-writing.yaml")                        # doctest: +SKIP
     >>> opts = options_for(profile, load_strategies(), cost_context(profile).target)     # doctest: +SKIP
     >>> next(o for o in opts if o.plugin.name == "lookahead").notes[0]                   # doctest: +SKIP

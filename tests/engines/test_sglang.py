@@ -68,7 +68,7 @@ def _probe_batches(schedule: list[ScheduleEntry]) -> list[tuple[int, int]]:
 def _profile_cases() -> tuple[list[dict[str, Any]], list[tuple[str, dict[str, Any]]], list[str]]:
     cases, unsupported, off = [], [], []
     for path in sorted((ROOT / "profiles").glob("*.yaml")):
-        rec = recommend(load_profile(path))
+        rec = recommend(load_profile(path)).recommendation
         cfg = rec.engine_configs.get("sglang")
         if cfg is None:  # the decision is "leave speculation off": nothing to deploy
             assert rec.decision.strategy == "none", path

@@ -57,7 +57,7 @@ def _probes(spec: dict[str, Any]) -> dict[str, int]:
 def _cases() -> list[dict[str, Any]]:
     cases = []
     for path in sorted((ROOT / "profiles").glob("*.yaml")):
-        cfg = recommend(load_profile(path)).engine_configs.get("vllm")
+        cfg = recommend(load_profile(path)).recommendation.engine_configs.get("vllm")
         if cfg and cfg["supported"]:
             cases.append({"id": f"profile:{path.stem}", "spec": _spec(cfg)})
     for name, plugin in sorted(load_strategies(only_builtin=True).items()):
