@@ -104,8 +104,8 @@ def recommended(p: Prepared, data: SweepData, est: SpeedupEstimator | None,
                 strategies: set[str] | None = None) -> Result:
     """``specpick recommend --measurements PROFILE --policy`` on the workload, over exactly the
     configurations the sweep measured (among ``strategies`` only when given)."""
-    return recommend(p.profile, p.measurements, policy=est, measured_costs=True, verify_curve=data.curve,  # type: ignore[arg-type]
-                     options=grid_options(p, strategies))
+    return recommend(p.profile, p.measurements, policy=est, measured_costs=True,  # type: ignore[arg-type]
+                     verify_curve=data.curve, options=grid_options(p, strategies))
 
 
 def grid_rows(p: Prepared, data: SweepData) -> tuple[list[GridKey], np.ndarray, np.ndarray]:

@@ -116,18 +116,20 @@ def model_cost(costs: CostSource, option: Option, batch: int, sampled: bool = Fa
     return config_cost(option.caps, option.config, costs.ctx, batch, sampled=sampled)
 
 
-def at_cost(index: EvidenceIndex, costs: CostSource, option: Option, bucket: Bucket, cost: StepCost,
+def at_cost(index: EvidenceIndex, costs: CostSource, option: Option, bucket: Bucket, price: StepCost,
             use_ratio: bool) -> Speedups:
-    """(mean, low, high) analytic speedup on ``bucket`` at step cost ``cost``; ``use_ratio``: its ratio
+    """(mean, low, high) analytic speedup on ``bucket`` at step cost ``price``; ``use_ratio``: its ratio
     replaces the measured cost evidence's own (the measured curve outranks the per-step timings)."""
     c = option.config
     ev = evidence_at(index, option.plugin, bucket.task, bucket.temperature, 0 if c.is_tree else c.depth, bucket.batch)
     if ev.cost is None and not ev.per_position:  # α alone: the load curve's cost model, E[L] / R
-        per = cost.plain_seconds / (cost.draft_seconds + cost.verify_seconds)
-        return tuple(length * per for length in _lengths(c, ev.alpha, ev.alpha_low, ev.alpha_high))  # type: ignore[return-value]
+        step = price.draft_seconds + price.verify_seconds  # as policies.speedup computes it, E[L]·T_plain/T_step
+        mean, low, high = (length * price.plain_seconds / step
+                           for length in _lengths(c, ev.alpha, ev.alpha_low, ev.alpha_high))
+        return mean, low, high
     # per-position acceptance and/or measured step costs
     return base_range(candidate(index, costs.ctx, option, bucket),
-                      cost.step_ratio if ev.cost is None or use_ratio else None)
+                      price.step_ratio if ev.cost is None or use_ratio else None)
 
 
 @functools.lru_cache(maxsize=CACHE)

@@ -99,7 +99,8 @@ def markdown(rows: Sequence[dict[str, Any]], notes: Sequence[str]) -> str:
             cost_txt = _cost_text(cost)
             sib = ("; siblings " + "/".join(f"{x:.2f}" for x in e["sibling_accept"][:3])
                    if "sibling_accept" in e else "")
-            lines.append(f"| {c['strategy']} | {c['config']} | {times(p['mean'])} | {fraction(p['low'])}-{times(p['high'])} | "
+            lines.append(f"| {c['strategy']} | {c['config']} | {times(p['mean'])} | "
+                         f"{fraction(p['low'])}-{times(p['high'])} | "
                          f"{e['alpha']} [{e['alpha_range'][0]}, {e['alpha_range'][1]}] ({e['source']}{sib}) | "
                          f"{cost_txt} | "
                          f"{e.get('learned_correction', '-')} |")

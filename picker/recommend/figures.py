@@ -8,7 +8,7 @@ columns are defined here once (:func:`headline`, :data:`SCHEDULE_COLUMNS`); a ne
 (a latency per batch range, say) is one more entry, and every table that shows the schedule shows it.
 
     >>> rounded(0.0949), times(2.6449), fraction(0.0949)
-    (0.095, '2.64x', '0.10')
+    (0.095, '2.65x', '0.10')
 """
 
 from __future__ import annotations

@@ -126,7 +126,8 @@ def _decision(rec: Recommendation) -> str:
         head = (f'<p class="big">Enable <code>{_e(d.strategy)}</code> ({_e(shape)}) on {_e(rec.engine)}</p>'
                 f'<p>Predicted speedup <b>{_e(h.speedup)}</b> (range {_e(h.low)}–{_e(h.high)}), '
                 f'evidence {_badge(ev.source, ev.measured_on)}. Break-even at the typical batch of {h.typical_batch}: '
-                f'α ≥ <b>{_e(h.break_even_alpha)}</b> (≥ {_e(h.accept_length)} tokens per verify step, bonus included).</p>')
+                f'α ≥ <b>{_e(h.break_even_alpha)}</b> (≥ {_e(h.accept_length)} tokens per verify step, '
+                'bonus included).</p>')
         sw = d.temperature_switch
         head += (f"<p>Temperature switch: {_e('off above T = ' + format(sw.above, 'g') if sw.above is not None else 'none')}"
                  f" — {_e(sw.reason)}.</p>")
@@ -145,7 +146,8 @@ def _per_task(rec: Recommendation) -> str:
     rows = []
     for t in rec.per_task:
         rng = t.alpha_range
-        alpha = "—" if t.alpha is None else (fraction(t.alpha) + (f" ({fraction(rng[0])}–{fraction(rng[1])})" if rng else ""))
+        alpha = "—" if t.alpha is None else fraction(t.alpha) + (
+            f" ({fraction(rng[0])}–{fraction(rng[1])})" if rng else "")
         rows.append([_e(t.task), f"{t.weight:.0%}", _e(t.strategy), _e(alpha), _badge(t.evidence, t.measured_on),
                      _e(_x(t.predicted_speedup.mean)), _e(_x(t.deployed_speedup))])
     return _table(["task", "share", "best strategy", "α (range)", "evidence", "best alone", "deployed"], rows,

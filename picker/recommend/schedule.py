@@ -128,7 +128,7 @@ class Point:
     high: float
 
 
-def _choices(rows: Sequence[Scored], chosen: Scored, shapes: Mapping[int, Scored], kept: list[Bucket],
+def _choices(chosen: Scored, shapes: Mapping[int, Scored], kept: list[Bucket],
              varies: bool) -> tuple[dict[int, int], dict[int, Scored], dict[int, float]]:
     """Per grid batch: the draft length to run, the shape behind it, its speedup over ``kept``."""
     ks, best_o, best_s = {}, {}, {}
@@ -166,7 +166,7 @@ def batch_schedule(rows: Sequence[Scored], chosen: Scored, bs: Sequence[Bucket],
     """
     shapes = shapes_by_depth(rows, chosen)
     kept = [b for b in bs if switch.above is None or b.temperature <= switch.above] or list(bs)
-    ks, best_o, best_s = _choices(rows, chosen, shapes, kept, varies)
+    ks, best_o, best_s = _choices(chosen, shapes, kept, varies)
     sources = {batch: cost_source(best_o[batch].costs_by_batch.get(batch)) for batch in BATCH_GRID}
     keys = [(batch, (ks[batch], sources[batch], None if varies else best_s[batch] >= 1.0)) for batch in BATCH_GRID]
     spans = [(lo, hi, key[0], [b for b in BATCH_GRID if b >= lo and (hi is None or b <= hi)])

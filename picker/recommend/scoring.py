@@ -125,9 +125,9 @@ def _grid_pairs(index: EvidenceIndex, lead: Scored, members: list[Option],
     temps = [t for t in TEMPERATURE_GRID if scorable(index, lead.plugin, pinned(bs, temperature=t))]
     by_temperature = [b for t in temps for b in pinned(bs, temperature=t)]
     # One bucket per (task, batch, temperature): a speedup does not depend on the weight.
-    keys = dict.fromkeys((b.task, batch, t) for batch in BATCH_GRID for t in [*temps, *(x.temperature for x in bs)]
-                         for b in bs)
-    by_batch = [Bucket(task, batch, t, 1.0) for task, batch, t in keys]
+    tasks = dict.fromkeys(b.task for b in bs)
+    at = dict.fromkeys([*temps, *(b.temperature for b in bs)])
+    by_batch = [Bucket(task, batch, t, 1.0) for batch in BATCH_GRID for t in at for task in tasks]
     return [(lead.option, b) for b in by_temperature] + [(o, b) for o in members for b in by_batch]
 
 
