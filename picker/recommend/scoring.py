@@ -1,8 +1,8 @@
 """Scoring: one function from the evidence index and the cost source to the scored table.
 
 :func:`score` scores every option on the workload's buckets, then the grids the decision reads --
-the temperature grid of the leading option and the batch grid (by temperature) of its family
-(``table.family``), which is all the decision can deploy -- into an immutable
+the temperature grid of the leading option and the batch grid of its family (``table.family``),
+which is all the decision can deploy -- into an immutable
 :class:`~picker.recommend.table.ScoredTable`. Nothing outside it primes or fills anything: the
 table is its return value. A fitted policy estimator scores the rows in a few batched calls (one
 call per row would cost a millisecond each); without one the analytic model does.
@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 from picker.engine.plugins import load_strategies
 from picker.inputs.workload import WorkloadProfile
 from picker.recommend.costs import CostSource, at_cost, cost, cost_notes, level_factor, measured_ratios, step_cost
+from picker.recommend.engine_configs import runs_batch_schedule
 from picker.recommend.evidence_index import EvidenceIndex, alpha, candidate, scorable
 from picker.recommend.measured_load import MEASURED, cost_source
 from picker.recommend.options import check_named_strategies, options_for
@@ -117,16 +118,18 @@ def _workload_row(profile: WorkloadProfile, index: EvidenceIndex, costs: CostSou
             harmonic([(w, x[2]) for w, x in s]), feasible, notes)
 
 
-def _grid_pairs(index: EvidenceIndex, lead: Scored, members: list[Option],
-                bs: Sequence[Bucket]) -> list[tuple[Option, Bucket]]:
+def _grid_pairs(index: EvidenceIndex, lead: Scored, members: list[Option], bs: Sequence[Bucket],
+                by_range: bool) -> list[tuple[Option, Bucket]]:
     """What the decision reads beyond the workload's buckets: the leader's temperature grid (its
-    switch) and its family's batch grid at every such temperature (each batch range's own switch,
-    the schedule, its break-even α per batch, a shorter deployed length)."""
+    switch) and its family's batch grid (the schedule, its break-even α per batch, a shorter deployed
+    length) at the workload's temperatures -- and, with ``by_range`` (the engine switches the draft
+    length by batch size, so a batch range can have its own temperature switch), at every
+    temperature of the grid."""
     temps = [t for t in TEMPERATURE_GRID if scorable(index, lead.plugin, pinned(bs, temperature=t))]
     by_temperature = [b for t in temps for b in pinned(bs, temperature=t)]
     # One bucket per (task, batch, temperature): a speedup does not depend on the weight.
     tasks = dict.fromkeys(b.task for b in bs)
-    at = dict.fromkeys([*temps, *(b.temperature for b in bs)])
+    at = dict.fromkeys([*(temps if by_range else ()), *(b.temperature for b in bs)])
     by_batch = [Bucket(task, batch, t, 1.0) for batch in BATCH_GRID for t in at for task in tasks]
     return [(lead.option, b) for b in by_temperature] + [(o, b) for o in members for b in by_batch]
 
@@ -150,8 +153,10 @@ def score(profile: WorkloadProfile, index: EvidenceIndex, costs: CostSource, opt
     by_batch: dict[Option, MappingProxyType] = {}
     leaders = ranked(rows)
     if leaders and leaders[0].mean >= NOT_WORTH_IT:  # else speculation stays off: the workload is all it reads
-        members = [r.option for r in family(rows, leaders[0])]
-        more, more_corr = bucket_speedups(index, costs, _grid_pairs(index, leaders[0], members, bs), policy)
+        lead, engine = leaders[0], profile.engine.name
+        by_range = runs_batch_schedule(engine, lead.caps.engines.get(engine) or "", lead.config.topk)
+        members = [r.option for r in family(rows, lead)]
+        more, more_corr = bucket_speedups(index, costs, _grid_pairs(index, lead, members, bs, by_range), policy)
         per.update(more)
         corrections.update(more_corr)
         # Step costs on the grid and at the workload's own batches: a schedule row states its
