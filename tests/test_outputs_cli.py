@@ -76,3 +76,19 @@ def test_every_format_prints_that_format(command: list[str], fmt: str) -> None:
     if fmt == "yaml":
         with pytest.raises(json.JSONDecodeError):
             json.loads(result.stdout)
+
+
+def test_recommend_does_not_import_the_plotting_library() -> None:
+    """matplotlib is in the base install for `report`'s plots; `recommend` must still start without it
+    (nor numpy), so its start-up stays what it was. A fresh process: this one has imported both."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from picker.cli.main import app\n"
+            "try:\n    app(['recommend', sys.argv[1], '--format', 'json'], standalone_mode=False)\n"
+            "except SystemExit:\n    pass\n"
+            "print(sorted(m for m in ('matplotlib', 'numpy') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code, str(PROFILE)], capture_output=True, text=True, timeout=120,
+                          cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "[]"
