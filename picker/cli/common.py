@@ -5,7 +5,7 @@
     >>> check_outputs(out=Path("plan.md"), fmt=Fmt.md)         # fine: returns None
     >>> check_outputs(out=Path("plan.json"), fmt=Fmt.md)
     Traceback (most recent call last):
-    picker.errors.UserError: plan.json: --out: a .json file for --format md; name it .md or .markdown or .txt, or pass --format json
+    picker.errors.UserError: plan.json: --out: a .json file for --format md; name it .md or .markdown, or pass --format json
 
 Every command that writes a file calls :func:`check_outputs` first, so a bad ``--out`` or
 ``--plot`` is refused (one line each, exit 2) before any work, and the plan is never lost to it.
@@ -75,7 +75,8 @@ class Fmt(str, Enum):
 
 
 # What each format's file is called, and the formats a plot can be saved in (matplotlib infers it).
-SUFFIXES: dict[str, tuple[str, ...]] = {"md": (".md", ".markdown", ".txt"), "json": (".json",),
+# (.txt belongs to no format: any text may go there.)
+SUFFIXES: dict[str, tuple[str, ...]] = {"md": (".md", ".markdown"), "json": (".json",),
                                         "yaml": (".yaml", ".yml"), "html": (".html", ".htm")}
 PLOT_SUFFIXES = (".png", ".svg", ".pdf")
 
