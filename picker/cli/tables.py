@@ -21,7 +21,7 @@ DRAFT_COST_WORDS = {
     "in_forward": "nothing apart: the guesses ride in the target's own forward",
 }
 # What bounds a forward (policies.loadcurve regimes), in words.
-REGIME_WORDS = {"memory": "memory-bound", "knee": "at the GEMM knee (between memory- and compute-bound)",
+REGIME_WORDS = {"memory": "memory-bound", "knee": "at the GEMM knee, between memory- and compute-bound",
                 "compute": "compute-bound", "kv": "bound by KV-cache reads", "overhead": "bound by fixed per-step costs",
                 "eager": "past the largest CUDA graph (eager launches)"}
 
