@@ -21,6 +21,7 @@ import socket
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +55,66 @@ class HttpClient:
 
     def post_json(self, url: str, payload: dict[str, Any]) -> Any:
         return self._json(url, self._request(url, json.dumps(payload).encode()))
+
+    def post_stream(self, url: str, payload: dict[str, Any]) -> Iterator[tuple[float, Any]]:
+        """POST with a server-sent-events answer: ``(time.perf_counter() when it arrived, JSON)`` per
+        ``data:`` event, until ``data: [DONE]`` or the end of the stream. Connecting is retried as
+        any request is; a stream cut short after its first event is an error, never retried (the
+        events already read are the request's clock)."""
+        body = json.dumps({**payload, "stream": True}).encode()
+        resp = None
+        last = ""
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(self.backoff * 2 ** (attempt - 1))
+            try:
+                resp = self._open(url, body)
+                break
+            except _Transient as exc:
+                last = str(exc)
+        if resp is None:
+            raise EndpointError(url, f"{last} (after {self.retries + 1} attempts)")
+        with resp:
+            ctype = resp.headers.get_content_type()
+            if ctype != "text/event-stream":
+                raise EndpointError(url, f"answered {ctype}, not server-sent events (the request asked for a stream)")
+            try:
+                for raw in resp:
+                    arrived = time.perf_counter()
+                    line = raw.strip()
+                    if not line.startswith(b"data:"):
+                        continue  # blank separators, comments, event names
+                    data = line[5:].strip()
+                    if data == b"[DONE]":
+                        return
+                    yield arrived, self._json(url, data)
+            except (TimeoutError, socket.timeout):
+                raise EndpointError(url, f"stream stalled: no event for {self.timeout:g} s") from None
+            except (ConnectionError, http.client.HTTPException) as exc:
+                raise EndpointError(url, f"stream cut short: {exc.__class__.__name__}") from None
+
+    def _open(self, url: str, data: bytes) -> Any:
+        """The open response of a streamed POST; faults sorted as :meth:`_once` sorts them."""
+        req = urllib.request.Request(url, data=data, method="POST",
+                                     headers={"Content-Type": "application/json", "Accept": "text/event-stream"})
+        try:
+            return urllib.request.urlopen(req, timeout=self.timeout)
+        except urllib.error.HTTPError as exc:
+            detail = exc.read(200).decode("utf-8", "replace").strip().replace("\n", " ")
+            message = f"HTTP {exc.code} {exc.reason}" + (f": {detail}" if detail else "")
+            if exc.code >= 500 or exc.code == 429:
+                raise _Transient(message) from None
+            raise EndpointError(url, message) from None
+        except urllib.error.URLError as exc:
+            if isinstance(exc.reason, (TimeoutError, socket.timeout)):
+                raise _Transient(f"timed out after {self.timeout:g} s") from None
+            if isinstance(exc.reason, ConnectionRefusedError):
+                raise _Transient("connection refused (is the server running?)") from None
+            raise _Transient(f"cannot connect: {exc.reason}") from None
+        except (TimeoutError, socket.timeout):
+            raise _Transient(f"timed out after {self.timeout:g} s") from None
+        except (ConnectionError, http.client.HTTPException) as exc:
+            raise _Transient(f"connection failed: {exc.__class__.__name__}") from None
 
     def get_text(self, url: str) -> str:
         body = self._request(url, None)

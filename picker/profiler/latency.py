@@ -205,3 +205,22 @@ def goodput(timings: Sequence[Timing], slo: Mapping[str, float], seconds: float)
     met = sum(meets(t, slo) for t in timings)
     return {"slo_attainment": round(met / len(timings), 4),
             "goodput_requests_per_second": round(met / seconds, 4) if seconds > 0 else None}
+
+
+def clock_check(timings: Sequence[Timing]) -> dict[str, Any] | None:
+    """The client's clock against the engine's own, request by request, where the engine reports one
+    (llama.cpp's ``timings``): TTFT against ``prompt_ms`` (prompt processing to the first token; the
+    client's adds the HTTP round trip and tokenizing), e2e − TTFT against ``predicted_ms`` (first
+    token to last on both). Means in ms and the largest difference in each."""
+    both = [t for t in timings if "prompt_ms" in t.engine and "predicted_ms" in t.engine]
+    if not both:
+        return None
+    ttft = np.array([[t.ttft_s * 1e3, t.engine["prompt_ms"]] for t in both])
+    decode = np.array([[(t.e2e_s - t.ttft_s) * 1e3, t.engine["predicted_ms"]] for t in both])
+    return {"requests": len(both),
+            "ttft_ms_client_mean": round(float(ttft[:, 0].mean()), 3),
+            "prompt_ms_engine_mean": round(float(ttft[:, 1].mean()), 3),
+            "ttft_ms_client_minus_engine_max": round(float((ttft[:, 0] - ttft[:, 1]).max()), 3),
+            "decode_ms_client_mean": round(float(decode[:, 0].mean()), 3),
+            "predicted_ms_engine_mean": round(float(decode[:, 1].mean()), 3),
+            "decode_ms_client_minus_engine_max_abs": round(float(np.abs(decode[:, 0] - decode[:, 1]).max()), 3)}

@@ -49,9 +49,11 @@ from typing import Any
 
 from picker.errors import UserError
 from picker.profiler.http import EndpointError, HttpClient
+from picker.profiler.latency import Timing, from_emissions
 from picker.profiler.prompt_format import PromptRenderer
 from picker.profiler.records import CellKey, Record
-from picker.profiler.source import DraftConfig, GenParams, bounded, single_strategy
+from picker.profiler.source import DraftConfig, GenParams, dispatch, single_strategy
+from picker.profiler.streaming import llamacpp_stream
 from picker.profiler.vllm import GAP_S, WARMUP_PROMPT, Metrics, parse_prometheus
 from picker.tasks import Prompt
 
@@ -101,6 +103,13 @@ def parse_completion(resp: Any, *, url: str, speculative: bool, plain: bool = Fa
                                  f"tokens_predicted={tokens}")
     return {"text": resp["content"], "tokens": tokens, "drafted": drafted, "accepted": accepted,
             "steps": max(tokens - accepted - 1, 0)}
+
+
+def engine_clock(final: dict[str, Any]) -> dict[str, float]:
+    """The server's own clock for one request (``timings``): prompt_ms (start of prompt processing to
+    the first token), predicted_ms (first token to last) and predicted_n (tokens)."""
+    t = final.get("timings") if isinstance(final.get("timings"), dict) else {}
+    return {k: float(t[k]) for k in ("prompt_ms", "predicted_ms", "predicted_n") if isinstance(t.get(k), (int, float))}
 
 
 def _per_position(metrics: Metrics) -> list[float]:
@@ -220,7 +229,7 @@ class LlamaCppSource:
         # The wave starts after the quiet gap: the runner's own stamp (taken before this call) would
         # put the gap inside every wave's span on both servers and pull throughput gains toward 1.
         t0 = time.time()
-        for record in bounded(prompts, lambda p: self._one(cell, p, params), cell.concurrency):
+        for record in dispatch(cell, prompts, params, lambda p: self._one(cell, p, params)):
             yield replace(record, extra={**record.extra, "wave_t0": t0})
 
     def _one(self, cell: CellKey, prompt: Prompt, params: GenParams) -> Record:
@@ -229,17 +238,22 @@ class LlamaCppSource:
         url = f"{self.plain_url if plain else self.url}/completion"
         history: list[str] = []
         totals = {"tokens": 0, "drafted": 0, "accepted": 0, "steps": 0}
+        timings: list[Timing] = []
         start = time.perf_counter()
         for turn in range(len(prompt.turns)):
             # top_k/top_p/min_p off: T > 0 samples softmax(logits / T), as the other backends do.
             # A string is tokenized by the server; the template's ids (a list) are taken as they are.
+            # Streamed, with the slot's timings on every event: one chunk per decode step.
             body = {"prompt": self.renderer.payload(prompt, turn, history), "n_predict": params.max_new_tokens,
                     "temperature": cell.temperature, "top_k": 0, "top_p": 1.0, "min_p": 0.0,
-                    "seed": request_seed(params.seed, prompt.id, turn)}
+                    "seed": request_seed(params.seed, prompt.id, turn), "timings_per_token": True}
             if params.ignore_eos:
                 body["ignore_eos"] = True
-            fields = parse_completion(self.client.post_json(url, body), url=url,
-                                      speculative=bool(self.speculative), plain=plain)
+            sent = time.perf_counter()
+            _, final, emissions = llamacpp_stream(self.client.post_stream(url, body), url=url)
+            fields = parse_completion(final, url=url, speculative=bool(self.speculative), plain=plain)
+            timing = from_emissions(sent, emissions, engine=engine_clock(final))
+            timings += [timing] if timing is not None else []
             history.append(fields.pop("text"))
             for key, value in fields.items():
                 totals[key] += value
@@ -254,7 +268,7 @@ class LlamaCppSource:
             cell=cell, prompt_ids=(prompt.id,), tokens=totals["tokens"], forwards=totals["steps"] + turns,
             steps=totals["steps"], draft_steps=draft_steps, drafted=totals["drafted"], accepted=totals["accepted"],
             wall_s=time.perf_counter() - start, source="llamacpp-plain-server" if plain else "llamacpp-timings",
-            extra={"turns": turns, "prompt_format": self.renderer.format},
+            extra={"turns": turns, "prompt_format": self.renderer.format}, timings=tuple(timings),
         )
 
     def report(self) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from picker.profiler.ab import paired_gain
-from picker.profiler.latency import goodput, latency_stats
+from picker.profiler.latency import clock_check, goodput, latency_stats
 from picker.profiler.load import load_curves
 from picker.profiler.records import CellKey, Record
 from picker.profiler.stats import CellStats, cell_stats, tau_by_depth, wave_seconds
@@ -150,6 +150,9 @@ def latency_fields(key: CellKey, records: Sequence[Record], plain: Sequence[Reco
     if plain and not key.is_plain:
         out.update(paired_gain(records, plain, seed=len(key.id)))
     out.update(goodput(_timings(records), slo, wave_seconds(records)))
+    check = clock_check(_timings(records))
+    if check is not None:  # the engine reported its own clock per request (llama.cpp)
+        out["engine_clock"] = check
     if key.open_loop:
         seconds = wave_seconds(records)
         requests = sum(len(r.timings) or int(r.extra.get("requests", 1)) for r in records)
