@@ -1,6 +1,6 @@
 """Time per token: each request's clock, and TTFT / ITL / TPOT / e2e percentiles with intervals.
 
-Definitions (the ones ``vllm bench serve`` and SGLang's ``bench_serving`` print; written into
+Definitions (the ones vLLM's and SGLang's serving load clients print; written into
 ``summary.json``'s conventions):
 
 - **TTFT**: from sending the request (the reference loop: admitting it) to its first token;

@@ -146,7 +146,7 @@ def paced(items: Sequence[T], work: Callable[[T], Record], arrivals: Sequence[fl
     """Open loop: start ``work(item)`` at its arrival (seconds after now), with at most ``cap`` in
     flight (0: no cap), and yield records as they finish. A request held back by the cap waits on
     the client side: its first timing gets that wait as ``queued_s`` (TTFT counts from its sending,
-    as ``vllm bench serve --max-concurrency`` does) and its sending time as ``sent_s``.
+    as vLLM's load client does with its concurrency cap) and its sending time as ``sent_s``.
 
     Failures as in :func:`bounded`: no new request starts, those in flight are awaited and kept.
     """

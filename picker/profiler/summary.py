@@ -61,7 +61,7 @@ CONVENTIONS = {
                      "or raw (text as it is, role tags between turns); null for records that do not say",
     "latency": "ttft / itl / tpot / e2e _ms_{mean,p50,p90,p99} per cell (plain decoding's under baselines): "
                "TTFT = request sent (reference loop: admitted; open loop: arrived) -> first token; ITL = the gap "
-               "between consecutive streamed chunks (vllm bench serve's definition: a chunk of k tokens, one "
+               "between consecutive streamed chunks (vLLM's load client's definition: a chunk of k tokens, one "
                "speculative step, is ONE gap); TPOT = (e2e - TTFT) / (tokens - 1) per request; e2e = sent -> last "
                "token; percentiles inverted-CDF over requests (ITL: over all gaps); _ci: 95% bootstrap over requests; "
                "_vs_plain: the cell's figure over plain decoding's in the same group (interval: both resampled)",

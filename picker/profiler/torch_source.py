@@ -170,7 +170,7 @@ class TorchSource:
         counters: dict[str, list[dict[str, Any]]] = {p.id: [] for p in prompts}
         tokens = dict.fromkeys(history, 0)
         seconds = dict.fromkeys(history, 0.0)
-        fed = dict.fromkeys(history, 0)  # prompt tokens prefilled, every turn (the load bench prices the prefill)
+        fed = dict.fromkeys(history, 0)  # prompt tokens prefilled, every turn (load pricing counts the prefill)
         for turn in range(max(len(p.turns) for p in prompts)):
             batch = [p for p in prompts if turn < len(p.turns)]
             ids = [self._encode(p, turn, history[p.id], params.max_new_tokens, cell.num_draft_tokens) for p in batch]

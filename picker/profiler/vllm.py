@@ -16,7 +16,7 @@ without ``--speculative-config`` (``plain_url``), on the same prompts in the sam
 waits ``gap_s`` first when there are two servers. That pause was meant for two servers on one CPU
 disturbing each other (a request stalling for about a second in 3 of 8 tries on the zoo); the
 stall turned out to be the speculative server's own, alone too, when vLLM's CPU build runs without
-Intel OpenMP preloaded as its CPU guide asks (``bench.regret.vllm.cpu_preload``; none in 8 with it).
+Intel OpenMP preloaded as its CPU guide asks (``picker.profiler.vllm_server.cpu_preload``; none in 8 with it).
 The pause stays: cheap, and a user's servers may not be set up that way.
 
     >>> text = '''vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 10.0
@@ -95,7 +95,7 @@ class VLLMSource:
         self.concurrency = concurrency
         self.gap_s = gap_s if plain_url else 0.0
         self.model = model or self._served_model(self.url)
-        self.depth = len(self._positions(self._scrape()))
+        self.depth = len(positions(self._scrape()))
         self.plain_url = plain_url.rstrip("/") if plain_url else None
         self.plain = self.plain_url is not None
         self.plain_model = self._served_model(self.plain_url) if self.plain_url else None
@@ -124,12 +124,6 @@ class VLLMSource:
             raise EndpointError(url, f"no {missing[0]} counter: is --speculative-config set (and has the "
                                      "server run one request)?")
         return metrics
-
-    @staticmethod
-    def _positions(metrics: Metrics) -> list[float]:
-        pos = sorted((int(dict(labels)["position"]), v) for (name, labels), v in metrics.items()
-                     if name == PER_POS and labels)
-        return [v for _, v in pos]
 
     def close(self) -> None:
         """Nothing to release: every request opens and closes its own connection."""
@@ -176,38 +170,20 @@ class VLLMSource:
         """The same wave on the plain server: one forward per token (the prefill emits the first)."""
         assert self.plain_url is not None and self.plain_model is not None
         results, span = self._requests(cell, prompts, params, self.plain_url, self.plain_model)
-        tokens = sum(r.tokens for r in results)
-        requests = sum(r.extra["requests"] for r in results)
-        return Record(cell=cell, prompt_ids=tuple(p.id for p in prompts), tokens=tokens, forwards=tokens,
-                      steps=max(tokens - requests, 0), wall_s=sum(r.wall_s for r in results),
-                      source="vllm-plain-server", timings=tuple(t for r in results for t in r.timings),
-                      extra={"requests": requests, "prompt_format": self.renderer.format, **span})
+        return wave_record(cell, tuple(p.id for p in prompts), sum(r.tokens for r in results),
+                           sum(r.extra["requests"] for r in results), None, sum(r.wall_s for r in results),
+                           timings=tuple(t for r in results for t in r.timings),
+                           extra={"prompt_format": self.renderer.format, **span})
 
     def _wave(self, cell: CellKey, prompts: Sequence[Prompt], params: GenParams) -> Record:
         before = self._scrape()
         results, span = self._requests(cell, prompts, params)
         after = self._settled()
         delta = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
-        drafting = int(round(delta.get((DRAFTS, ()), 0.0)))
-        per_pos = [int(round(v)) for v in self._positions(delta)]
-        accepted = int(round(delta.get((ACCEPTED, ()), 0.0)))
-        tokens = sum(r.tokens for r in results)
-        requests = sum(r.extra["requests"] for r in results)
-        # Each forward emits at most one token that is not an accepted draft (the prefill's first
-        # token, each step's bonus/correction; at max_tokens accepted drafts may be cut off), so
-        # decode steps >= tokens - accepted - prefills, and >= vLLM's drafting steps: a lower bound.
-        steps = max(drafting, tokens - accepted - requests, 0)
-        # Position k is examined when k-1 was accepted; every vLLM draft is N long, so position 0
-        # is examined in every drafting step.
-        reached = [drafting, *per_pos[:-1]] if per_pos else []
-        return Record(
-            cell=cell, prompt_ids=tuple(p.id for p in prompts), tokens=tokens, forwards=steps + requests,
-            steps=steps, draft_steps=drafting, drafted=int(round(delta.get((DRAFT_TOKENS, ()), 0.0))),
-            accepted=accepted, pos_reached=tuple(reached), pos_accepted=tuple(per_pos),
-            wall_s=sum(r.wall_s for r in results), source="vllm-metrics-delta",
-            timings=tuple(t for r in results for t in r.timings),
-            extra={"requests": requests, "drafting_steps": drafting, "prompt_format": self.renderer.format, **span},
-        )
+        return wave_record(cell, tuple(p.id for p in prompts), sum(r.tokens for r in results),
+                           sum(r.extra["requests"] for r in results), delta, sum(r.wall_s for r in results),
+                           timings=tuple(t for r in results for t in r.timings),
+                           extra={"prompt_format": self.renderer.format, **span})
 
     def _settled(self) -> Metrics:
         """Scrape until two reads 50 ms apart agree: the engine counts a step as it replies."""
@@ -260,6 +236,40 @@ class VLLMSource:
                 "note": "vLLM /metrics histograms differenced over this run (all traffic on the speculative "
                         "server, its warm-up excluded): mean = _sum / _count, ms; client_clock: the same "
                         "means from the streamed requests"}
+
+
+def positions(metrics: Metrics) -> list[float]:
+    """The per-position accepted counter's series in position order."""
+    pos = sorted((int(dict(labels)["position"]), v) for (name, labels), v in metrics.items()
+                 if name == PER_POS and labels)
+    return [v for _, v in pos]
+
+
+def wave_record(cell: CellKey, prompt_ids: tuple[str, ...], tokens: int, requests: int, delta: Metrics | None,
+                wall_s: float, *, timings: tuple[Timing, ...] = (), extra: dict[str, Any] | None = None) -> Record:
+    """One wave's record from what vLLM reports: its requests' tokens and the speculative server's
+    counter deltas around the wave (``delta``; None for the plain server: one forward per token,
+    the prefill emitting the first). The one conversion of vLLM's counters into record counters,
+    for the profiler and for the scripts that time vLLM alike."""
+    if delta is None:
+        return Record(cell=cell, prompt_ids=prompt_ids, tokens=tokens, forwards=tokens,
+                      steps=max(tokens - requests, 0), wall_s=wall_s, source="vllm-plain-server", timings=timings,
+                      extra={"requests": requests, **(extra or {})})
+    drafting = int(round(delta.get((DRAFTS, ()), 0.0)))
+    per_pos = [int(round(v)) for v in positions(delta)]
+    accepted = int(round(delta.get((ACCEPTED, ()), 0.0)))
+    # Each forward emits at most one token that is not an accepted draft (the prefill's first
+    # token, each step's bonus/correction; at max_tokens accepted drafts may be cut off), so
+    # decode steps >= tokens - accepted - prefills, and >= vLLM's drafting steps: a lower bound.
+    steps = max(drafting, tokens - accepted - requests, 0)
+    # Position k is examined when k-1 was accepted; every vLLM draft is N long, so position 0
+    # is examined in every drafting step.
+    reached = [drafting, *per_pos[:-1]] if per_pos else []
+    return Record(
+        cell=cell, prompt_ids=prompt_ids, tokens=tokens, forwards=steps + requests, steps=steps,
+        draft_steps=drafting, drafted=int(round(delta.get((DRAFT_TOKENS, ()), 0.0))), accepted=accepted,
+        pos_reached=tuple(reached), pos_accepted=tuple(per_pos), wall_s=wall_s, source="vllm-metrics-delta",
+        timings=timings, extra={"requests": requests, "drafting_steps": drafting, **(extra or {})})
 
 
 def engine_clock_means(delta: Metrics) -> dict[str, float | None]:

@@ -24,14 +24,14 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from bench.regret.data import GridKey
-from bench.regret.vllm import Server, emitted
 from picker.cli.main import app
 from picker.engine.plugins import load_strategies
 from picker.inputs.measurements import load_measurements
 from picker.inputs.workload import load_profile
 from picker.profiler.run import records_of
 from picker.profiler.vllm import WARMUP_PROMPT
+from picker.profiler.vllm_server import Server
+from picker.recommend.engine_configs import ScheduleEntry, build_engine_configs
 from picker.recommend.scoring import Scorer
 from picker.tasks import builtin_prompts, render_turn
 from policies.cell_evidence import live_step_points
@@ -39,6 +39,14 @@ from tests.engines.support import ROOT, engine_python
 
 pytestmark = pytest.mark.engines
 NGRAM = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
+
+
+def _emitted(strategy: str, n: int, draft: str) -> dict[str, Any]:
+    """The ``speculative_config`` specpick emits for vLLM for ``strategy`` with N = ``n``."""
+    caps = load_strategies(only_builtin=True)[strategy].capabilities
+    cfg = build_engine_configs(strategy=strategy, engines=caps.engines, num_speculative_tokens=n, tree=None,
+                               schedule=[ScheduleEntry(1, None, n)], draft_path=draft if caps.artifact else None)
+    return dict(cfg["vllm"]["speculative_config"])
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +61,7 @@ def servers(zoo: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict
     """Plain, ngram and draft-model servers, all launched before any is waited on (each spends most
     of its ~1 min start importing); all killed after the module."""
     work = tmp_path_factory.mktemp("vllm-servers")
-    specs = {"plain": None, "ngram": NGRAM, "vanilla": emitted(GridKey("vanilla", 4), str(zoo.draft))}
+    specs = {"plain": None, "ngram": NGRAM, "vanilla": _emitted("vanilla", 4, str(zoo.draft))}
     started: dict[str, Server] = {}
     try:
         for label, spec in specs.items():
