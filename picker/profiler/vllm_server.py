@@ -1,7 +1,7 @@
 """A local vLLM server (its CPU build) to profile against: loopback, a free port, always stopped.
 
 ``specpick profile --backend vllm --url URL`` talks to a server someone started; the vLLM engine
-tests and the vLLM benchmarks start their own, one per configuration, and this is the one way they
+tests and the scripts that time vLLM start their own, one per configuration, and this is the one way they
 do it (beside ``picker.profiler.llamacpp_server`` for llama.cpp): the model on 127.0.0.1, float32,
 eager, a small KV-cache reservation (the CPU backend reserves most of host memory by default), a
 short ``TMPDIR`` (vLLM binds IPC sockets there, whose paths may not pass 107 characters), and the
