@@ -148,7 +148,7 @@ def test_profile_writes_latency_per_cell_closed_and_open_loop(tmp_path: Path) ->
     assert result.exit_code == 0, result.output
     summary = json.loads((out / "summary.json").read_text())
     assert {c["concurrency"] for c in summary["cells"]} == {1, 4}
-    assert [(c["request_rate"], c["concurrency"]) for c in summary["open_loop"]] == [(50.0, 4)]
+    assert [(c["request_rate_per_second"], c["concurrency"]) for c in summary["open_loop"]] == [(50.0, 4)]
     for entry in [*summary["cells"], *summary["baselines"], *summary["open_loop"], *summary["open_loop_baselines"]]:
         for metric in ("ttft", "itl", "tpot", "e2e"):
             for stat in ("mean", "p50", "p90", "p99"):
@@ -175,7 +175,7 @@ def test_resume_keeps_the_load_it_began_with(tmp_path: Path) -> None:
     now = json.loads((out / "run.json").read_text())
     assert (now["request_rates"], now["burstiness"], now["concurrency"]) == ([40.0], 0.5, [])
     assert now["request_rates"] == began["request_rates"]
-    assert {c["request_rate"] for c in json.loads((out / "summary.json").read_text())["open_loop"]} == {40.0}
+    assert {c["request_rate_per_second"] for c in json.loads((out / "summary.json").read_text())["open_loop"]} == {40.0}
     other = runner.invoke(app, [*BASE, "--limit-per-task", "3", "--resume", "--request-rate", "10", "--out", str(out)])
     assert other.exit_code == 2 and "request_rates" in other.output
     assert len(other.output.strip().splitlines()) == 1

@@ -25,14 +25,14 @@ from typing import Any
 
 def series(summary: Mapping[str, Any]) -> dict[tuple[str, float], dict[str, list[tuple[float, float, float]]]]:
     """(axis, temperature) -> label -> sorted [(x, p99 ITL ms, mean TPOT ms)]; axis is
-    ``concurrency`` or ``request_rate``."""
+    ``concurrency`` or ``request_rate_per_second``."""
     out: dict[tuple[str, float], dict[str, list[tuple[float, float, float]]]] = defaultdict(lambda: defaultdict(list))
     rows: Sequence[Mapping[str, Any]] = [*summary.get("cells", []), *summary.get("baselines", []),
                                          *summary.get("open_loop", []), *summary.get("open_loop_baselines", [])]
     for c in rows:
         if c.get("itl_ms_p99") is None or c.get("tpot_ms_mean") is None:
             continue
-        axis = "request_rate" if c.get("request_rate") is not None else "concurrency"
+        axis = "request_rate_per_second" if c.get("request_rate_per_second") is not None else "concurrency"
         shape = "" if c["strategy"] == "plain" else f" {c.get('tree') or 'N=' + str(c.get('num_draft_tokens'))}"
         label = f"{c['task']} {c['strategy']}{shape}"
         out[(axis, c["temperature"])][label].append((float(c[axis]), float(c["itl_ms_p99"]),
@@ -60,7 +60,7 @@ def plot_latency(summary: Mapping[str, Any], out: Path) -> bool:
             style = {"linestyle": "--", "color": "black", "alpha": 0.6} if " plain" in label else {}
             row[0].plot(xs, [p[1] for p in pts], marker="o", label=label, **style)
             row[1].plot(xs, [p[2] for p in pts], marker="o", label=label, **style)
-        name = "concurrency (requests in flight)" if axis == "concurrency" else "offered request rate (req/s)"
+        name = "concurrency (requests in flight)" if axis == "concurrency" else "offered request rate (requests/s)"
         for ax, what in zip(row, ("p99 inter-token latency (ms)", "mean TPOT (ms)")):
             if len({x for pts in panels[(axis, temp)].values() for x, _, _ in pts}) > 1:
                 ax.set_xscale("log", base=2)

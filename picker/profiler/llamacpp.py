@@ -62,6 +62,7 @@ DRAFTS = "llamacpp:spec_decode_num_drafts_total"
 DRAFT_TOKENS = "llamacpp:spec_decode_num_draft_tokens_total"
 ACCEPTED = "llamacpp:spec_decode_num_accepted_tokens_total"
 PER_POS = "llamacpp:spec_decode_num_accepted_tokens_per_pos_total"
+PREDICTED = "llamacpp:tokens_predicted_total"
 TYPES_KEY = "speculative.types"
 LLAMA_DEFAULT_SEED = 0xFFFFFFFF  # llama.cpp reads this seed as "pick one at random"
 WARMUP_BODY = {"prompt": WARMUP_PROMPT, "n_predict": 16, "temperature": 0.0, "seed": 0}
@@ -154,6 +155,7 @@ class LlamaCppSource:
         self.metrics = bool(self.props.get("endpoint_metrics"))
         self.depth = len(_per_position(self._scrape())) if self.metrics else 0
         self._baseline: Metrics | None = None  # counters when this run's first request went out
+        self._streamed = 0  # tokens the speculative server's streams carried (report() sets them beside its counter)
         self.plain_url = plain_url.rstrip("/") if plain_url else None
         self.plain = self.plain_url is not None
         self.gap_s = gap_s if self.plain_url else 0.0
@@ -254,6 +256,8 @@ class LlamaCppSource:
             fields = parse_completion(final, url=url, speculative=bool(self.speculative), plain=plain)
             timing = from_emissions(sent, emissions, engine=engine_clock(final))
             timings += [timing] if timing is not None else []
+            if not plain:
+                self._streamed += sum(n for _, n in emissions)
             history.append(fields.pop("text"))
             for key, value in fields.items():
                 totals[key] += value
@@ -285,6 +289,7 @@ class LlamaCppSource:
         reached = [drafts, *per_pos[:-1]] if per_pos else []
         return {
             "num_drafts": drafts, "num_draft_tokens": tokens, "num_accepted_tokens": accepted,
+            "tokens_predicted": round(delta.get((PREDICTED, ()), 0.0)), "client_tokens": self._streamed,
             "accepted_per_pos": per_pos,
             "alpha": accepted / tokens if tokens else None,
             "mean_acceptance_length": 1 + accepted / drafts if drafts else None,

@@ -72,7 +72,7 @@ CONVENTIONS = {
     "goodput_requests_per_second": "DistServe's goodput: requests that met every SLO (run.slo, milliseconds) per "
                                    "wall second of the waves; slo_attainment: their share",
     "open_loop": "cells measured under an offered request rate (seeded Poisson, or gamma with run.burstiness): "
-                 "request_rate offered, concurrency = the cap on requests in flight (0: none), achieved "
+                 "request_rate_per_second offered, concurrency = the cap on requests in flight (0: none), achieved "
                  "requests_per_second and throughput, latency and gain as for cells",
     "load": "per task x strategy x draft shape x temperature measured at >= 2 concurrencies: "
             "[concurrency, gain] with gain = throughput_gain_vs_plain (speedup_vs_plain where waves were "
@@ -156,7 +156,7 @@ def latency_fields(key: CellKey, records: Sequence[Record], plain: Sequence[Reco
     if key.open_loop:
         seconds = wave_seconds(records)
         requests = sum(len(r.timings) or int(r.extra.get("requests", 1)) for r in records)
-        out.update(request_rate=key.request_rate,
+        out.update(request_rate_per_second=key.request_rate,
                    requests_per_second=_r(requests / seconds, 4) if seconds > 0 else None)
     return out
 
