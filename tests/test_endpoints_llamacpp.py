@@ -353,6 +353,7 @@ def test_streamed_chunks_are_the_servers_steps(tmp_path: Path) -> None:
         truth = log[request_seed(0, record.prompt_ids[0], 0)]
         assert list(timing.chunks) == truth["emitted"] and timing.tokens == record.tokens == truth["tokens"]
         assert all(g >= 0.003 for g in timing.gaps_s)  # a step apart, never two events of one step
-        assert timing.engine == {"prompt_ms": 1.0, "predicted_ms": 5.0, "predicted_n": float(truth["tokens"])}
+        assert timing.engine == {"prompt_ms": 1.0, "predicted_ms": 5.0, "predicted_n": float(truth["tokens"]),
+                                 "prompt_n": 12.0}
     (cell,) = json.loads((tmp_path / "summary.json").read_text())["cells"]
     assert cell["engine_clock"]["requests"] == 4 and cell["itl_ms_p50"] >= 3.0

@@ -108,9 +108,12 @@ def parse_completion(resp: Any, *, url: str, speculative: bool, plain: bool = Fa
 
 def engine_clock(final: dict[str, Any]) -> dict[str, float]:
     """The server's own clock for one request (``timings``): prompt_ms (start of prompt processing to
-    the first token), predicted_ms (first token to last) and predicted_n (tokens)."""
+    the first token), predicted_ms (first token to last), predicted_n (tokens), and prompt_n /
+    cache_n (prompt tokens processed / taken from the server's prompt caches, which a repeated prompt
+    hits: a prefill the other server of a comparison may have paid)."""
     t = final.get("timings") if isinstance(final.get("timings"), dict) else {}
-    return {k: float(t[k]) for k in ("prompt_ms", "predicted_ms", "predicted_n") if isinstance(t.get(k), (int, float))}
+    keys = ("prompt_ms", "predicted_ms", "predicted_n", "prompt_n", "cache_n")
+    return {k: float(t[k]) for k in keys if isinstance(t.get(k), (int, float))}
 
 
 def _per_position(metrics: Metrics) -> list[float]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -71,7 +72,9 @@ class Server:
             args += ["--speculative-config", json.dumps(spec)]
         self.log = work / "server.log"
         self._sink = self.log.open("wb")
-        self.proc = subprocess.Popen(args, stdout=self._sink, stderr=subprocess.STDOUT, env=env, cwd=work)
+        # A session of its own: vLLM's engine core and workers are its children, stopped with it.
+        self.proc = subprocess.Popen(args, stdout=self._sink, stderr=subprocess.STDOUT, env=env, cwd=work,
+                                     start_new_session=True)
 
     def wait_up(self, limit_s: float = START_LIMIT_S) -> float:
         """Seconds until ``/v1/models`` answered; RuntimeError with the log's end if it never does."""
@@ -87,12 +90,21 @@ class Server:
         raise RuntimeError(f"vLLM not up after {limit_s:.0f} s:\n{self.log.read_text()[-3000:]}")
 
     def stop(self) -> None:
-        """Terminate (kill if it lingers) and remove its temporary folder."""
-        self.proc.terminate()
+        """Terminate its whole process group (the API server, engine core and workers: terminating the
+        API server alone left the engine core and its workers running, orphaned, when it was still
+        starting), kill what lingers, and remove its temporary folder."""
+        self._signal(signal.SIGTERM)
         try:
             self.proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
+            self._signal(signal.SIGKILL)
             self.proc.wait(timeout=30)
+        self._signal(signal.SIGKILL)  # children that outlived the API server
         self._sink.close()
         shutil.rmtree(self._tmp, ignore_errors=True)
+
+    def _signal(self, sig: int) -> None:
+        try:
+            os.killpg(self.proc.pid, sig)  # the group the server leads (start_new_session)
+        except ProcessLookupError:
+            pass
