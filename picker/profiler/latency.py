@@ -90,8 +90,10 @@ def from_emissions(start: float, emissions: Iterable[tuple[float, int]], *, queu
     if not chunks:
         return None
     times = [t for t, _ in chunks]
-    return Timing(times[0] - start, times[-1] - start, tuple(n for _, n in chunks),
-                  tuple(b - a for a, b in zip(times, times[1:])), queued_s, sent_s, engine or {})
+    # Microseconds, as the record file keeps them: a summary from memory equals one from the file.
+    return Timing(round(times[0] - start, 6), round(times[-1] - start, 6), tuple(n for _, n in chunks),
+                  tuple(round(b - a, 6) for a, b in zip(times, times[1:])), round(queued_s, 6), round(sent_s, 6),
+                  engine or {})
 
 
 def _weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> np.ndarray:

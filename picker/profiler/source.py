@@ -180,7 +180,7 @@ def paced(items: Sequence[T], work: Callable[[T], Record], arrivals: Sequence[fl
 def _stamp_sent(record: Record, due: float, sent: float) -> Record:
     if not record.timings:
         return record
-    first = replace(record.timings[0], queued_s=max(0.0, sent - due), sent_s=sent)
+    first = replace(record.timings[0], queued_s=round(max(0.0, sent - due), 6), sent_s=round(sent, 6))
     return replace(record, timings=(first, *record.timings[1:]))
 
 
