@@ -47,12 +47,10 @@ def plot_latency(summary: Mapping[str, Any], out: Path) -> bool:
     panels = series(summary)
     if not panels:
         return False
-    try:
-        import matplotlib
+    from picker.profiler.plot import pyplot, save
 
-        matplotlib.use("Agg")  # no display: files only
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return False
     keys = sorted(panels)
     fig, axes = plt.subplots(len(keys), 2, figsize=(11, 3.4 * len(keys)), squeeze=False)
@@ -71,7 +69,4 @@ def plot_latency(summary: Mapping[str, Any], out: Path) -> bool:
             ax.set_title(f"{task}, T = {temp:g}: {what.split(' (')[0]}")
             ax.grid(alpha=0.3)
         row[1].legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.005, 1.0))
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return True
+    return save(fig, out)
