@@ -11,16 +11,20 @@ emitted at once -- a speculative step's accepted tokens are one chunk, one inter
 - SGLang ``/generate``: one event per step, ``meta_info.completion_tokens`` cumulative (tokens =
   its increase), ``text`` cumulative; ``data: [DONE]`` ends it; the last event's ``meta_info``
   carries the speculative counters.
-- llama.cpp ``/completion``: one event per *token* (``tokens`` holds one id), also for the tokens
-  of one speculative step, which the server sends back to back. With ``timings_per_token`` every
+- llama.cpp ``/completion``: one event per *token*, also for the tokens of one speculative step,
+  which the server sends back to back -- except a token that ends inside a UTF-8 character, which
+  is held back and rides with the next one (``process_token``): an event's tokens are its increase
+  of ``tokens_predicted`` (cumulative), not its ``tokens`` list. With ``timings_per_token`` every
   event carries the slot's ``timings``, whose ``predicted_ms`` moves once per decode step
   (``server_slot_stats::update_gen_last``): events that share it are one step, merged into one
-  chunk at the first one's arrival. The last event (``stop: true``) carries ``timings`` and
-  ``tokens_predicted``.
+  chunk at the first one's arrival. The last event (``stop: true``) carries ``timings`` and the
+  total ``tokens_predicted``; tokens held back to the end count in the last chunk.
 
-    >>> events = [(0.10, {"content": "a", "tokens": [5], "timings": {"prompt_ms": 90.0, "predicted_ms": 0.001}}),
-    ...           (0.30, {"content": "b", "tokens": [6], "timings": {"prompt_ms": 90.0, "predicted_ms": 200.0}}),
-    ...           (0.30, {"content": "c", "tokens": [7], "timings": {"prompt_ms": 90.0, "predicted_ms": 200.0}}),
+    >>> t = {"prompt_ms": 90.0, "predicted_ms": 200.0}
+    >>> events = [(0.10, {"content": "a", "tokens": [5], "tokens_predicted": 1,
+    ...                   "timings": {"prompt_ms": 90.0, "predicted_ms": 0.001}}),
+    ...           (0.30, {"content": "b", "tokens": [6], "tokens_predicted": 2, "timings": t}),
+    ...           (0.30, {"content": "c", "tokens": [7], "tokens_predicted": 3, "timings": t}),
     ...           (0.31, {"content": "", "tokens": [], "stop": True, "tokens_predicted": 3,
     ...                   "timings": {"prompt_ms": 90.0, "predicted_ms": 200.0}})]
     >>> text, final, emissions = llamacpp_stream(events, url="u")
@@ -93,27 +97,31 @@ def llamacpp_stream(events: Iterable[tuple[float, Any]], *, url: str) -> tuple[s
     emissions: Emissions = []
     final: dict[str, Any] = {}
     step: Any = object()  # the predicted_ms of the chunk being built
+    seen = 0
     for arrived, raw in events:
         event = _dict(raw, url)
         if event.get("stop"):
             final = event
             continue
-        tokens = event.get("tokens") if isinstance(event.get("tokens"), list) else []
         text.append(str(event.get("content") or ""))
-        if not tokens:
+        now = event.get("tokens_predicted")
+        tokens = event.get("tokens") if isinstance(event.get("tokens"), list) else []
+        new = now - seen if isinstance(now, int) else len(tokens)  # older servers: the ids it carries
+        if new <= 0:
             continue  # the begin / progress events
+        seen += new
         timings = event.get("timings") if isinstance(event.get("timings"), dict) else {}
         at = timings.get("predicted_ms", arrived)  # without per-token timings: one chunk per event
         if emissions and at == step:
-            emissions[-1] = (emissions[-1][0], emissions[-1][1] + len(tokens))
+            emissions[-1] = (emissions[-1][0], emissions[-1][1] + new)
         else:
-            emissions.append((arrived, len(tokens)))
+            emissions.append((arrived, new))
             step = at
     if not final:
         raise EndpointError(url, "the stream ended without its final event (stop: true)")
-    final = {**final, "content": "".join(text)}
-    streamed = sum(n for _, n in emissions)
-    if streamed != final.get("tokens_predicted"):
-        raise EndpointError(url, f"streamed events carried {streamed} tokens, tokens_predicted says "
-                                 f"{final.get('tokens_predicted')!r}")
-    return final["content"], final, emissions
+    total = final.get("tokens_predicted")
+    if not isinstance(total, int) or total < seen:
+        raise EndpointError(url, f"streamed events carried {seen} tokens, tokens_predicted says {total!r}")
+    if total > seen:  # held back to the end (an unfinished UTF-8 character): the last step's
+        emissions[-1:] = [(emissions[-1][0], emissions[-1][1] + total - seen)] if emissions else [(0.0, total)]
+    return "".join(text), {**final, "content": "".join(text)}, emissions
