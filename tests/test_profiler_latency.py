@@ -209,3 +209,18 @@ def test_timings_survive_the_record_file() -> None:
     back = Record.from_dict(json.loads(r.to_json()))
     assert back.cell == r.cell and back.timings[0].chunks == (1, 3) and back.timings[0].engine == {"prompt_ms": 3.0}
     assert back.timings[0].ttft_s == pytest.approx(t.ttft_s, abs=1e-6) and back.cell.id.endswith("|rate=2.5")
+
+
+def test_the_order_alternates_across_groups_of_one_round(tmp_path: Path) -> None:
+    """One prompt per task is one round per group: the ABBA order must still alternate, across groups
+    (a run whose every group ran plain first measured a position bias, not a gain)."""
+    out = tmp_path / "run"
+    result = runner.invoke(app, ["profile", "--model", "zoo", "--strategies", "ngram", "--tasks", "code,chat",
+                                 "--temperatures", "0,1", "--limit-per-task", "1", "--max-new-tokens", "8",
+                                 "--no-early-stop", "--quiet", "--no-plot", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    starts: dict[tuple[str, float], dict[bool, float]] = {}
+    for r in read_records(out / "records.jsonl")[0]:
+        starts.setdefault((r.cell.task, r.cell.temperature), {})[r.cell.is_plain] = r.extra["wave_t0"]
+    plain_first = [s[True] < s[False] for s in starts.values()]
+    assert len(plain_first) == 4 and sum(plain_first) == 2

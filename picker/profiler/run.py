@@ -152,6 +152,7 @@ class Profiler:
         configs = self.source.configs(self.config.strategies, self.config.num_draft_tokens)
         previous = self._trap_sigint()
         try:
+            groups = 0  # groups so far: the order alternates across groups too (one round per group is common)
             for task in self.config.tasks:
                 for temperature in self.config.temperatures:
                     for c, rate in self._loads():
@@ -159,7 +160,8 @@ class Profiler:
                                  for d in configs]
                         if self.config.plain and self.source.plain:
                             cells.insert(0, CellKey(task, PLAIN, temperature, 0, concurrency=c, request_rate=rate))
-                        self._group(cells, self.prompts.get(task, []))
+                        self._group(cells, self.prompts.get(task, []), groups)
+                        groups += 1
                         self.write_summary()
             self.status = "complete"
         except KeyboardInterrupt:
@@ -202,8 +204,10 @@ class Profiler:
     def _stats(self, cell: CellKey) -> CellStats:
         return cell_stats(self.by_cell.get(cell, []), seed_key=cell.id)
 
-    def _group(self, cells: list[CellKey], prompts: list[Prompt]) -> None:
-        """Rounds over ``prompts`` until every strategy cell of the group has stopped."""
+    def _group(self, cells: list[CellKey], prompts: list[Prompt], seq: int = 0) -> None:
+        """Rounds over ``prompts`` until every strategy cell of the group has stopped; ``seq``: the
+        group's place in the run, which offsets the alternation of the cells' order (with one prompt
+        per task, a group's only round would otherwise always run plain first)."""
         if not cells:
             return
         done = self.log.done()
@@ -218,7 +222,7 @@ class Profiler:
             if not any(not c.is_plain for c in active):
                 break
             batch = prompts[start:start + wave]
-            order = round_order(cells, start // wave, seed=self.config.seed, how=self.config.order)
+            order = round_order(cells, seq + start // wave, seed=self.config.seed, how=self.config.order)
             for cell in [c for c in order if c in active]:
                 self._check_interrupt()
                 todo = [p for p in batch if (cell.id, p.id) not in done]
