@@ -90,7 +90,8 @@ def wave(url: str, prompts: list[Any], temperature: float, tokens: int) -> dict[
     """``prompts`` sent at once to one server: tokens, engine decode rate, wall throughput, drafts."""
     def one(p: Any) -> dict[str, Any]:
         body = {"prompt": render_turn(p, 0, []), "n_predict": tokens, "temperature": temperature, "top_k": 0,
-                "top_p": 1.0, "min_p": 0.0, "seed": request_seed(0, p.id, 0), "ignore_eos": True}
+                "top_p": 1.0, "min_p": 0.0, "seed": request_seed(0, p.id, 0), "ignore_eos": True,
+                "cache_prompt": False}  # every request prefills its prompt, as the profiler's do
         return _post(f"{url}/completion", body)
     start = time.perf_counter()
     pool = ThreadPoolExecutor(len(prompts))
