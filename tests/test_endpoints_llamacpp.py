@@ -83,15 +83,18 @@ class LlamaDouble(Loopback):
     def _events(self, req: dict[str, Any], reply: dict[str, Any], steps: list[int]) -> list[tuple[float, Any]]:
         """The streamed form of ``reply``: an event per token, the step's tokens sharing predicted_ms."""
         events: list[tuple[float, Any]] = []
-        done = 0
+        done = sent = 0
         for i, n in enumerate(steps):
             wait = self.step_s  # the step's time, before its first event
             for k in range(n):
                 done += 1
                 if k < n - 1 and done % 5 == 2:
                     continue  # held back as the server holds a token that ends inside a UTF-8 character
-                event: dict[str, Any] = {"index": 0, "content": " tok", "tokens": [7], "stop": False, "id_slot": 0,
-                                         "tokens_predicted": done, "tokens_evaluated": 12}
+                # A held-back token's text rides with the next event's (its id does not).
+                event: dict[str, Any] = {"index": 0, "content": " tok" * (done - sent), "tokens": [7],
+                                         "stop": False, "id_slot": 0, "tokens_predicted": done,
+                                         "tokens_evaluated": 12}
+                sent = done
                 if req.get("timings_per_token"):
                     event["timings"] = {"prompt_n": 12, "prompt_ms": 1.0, "predicted_n": done,
                                         "predicted_ms": 0.001 + 5.0 * i}

