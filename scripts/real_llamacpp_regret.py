@@ -14,7 +14,11 @@
    in an order rotated per round, ``slots`` prompts at once; per configuration the engine's own
    decode rate (``timings.predicted_per_second``, summed over the wave's requests at concurrency 1
    that is the rate of the one request) and the wave's throughput (tokens / wall seconds).
-   A configuration's speedup is the median over rounds of its rate over plain's in the same round.
+   A configuration's speedup is the median over rounds of its rate over plain's in the same round;
+   ``gain`` is the A/B figure the profiler reports (``picker.profiler.ab``): the ratio of summed
+   rates over the rounds, Σ decode tokens / Σ decode seconds (the engine's ``predicted_n - 1`` over
+   ``predicted_ms``) or Σ tokens / Σ wall seconds (``wall_gain``), with 95% bootstrap intervals over
+   rounds, so the two measurements of one deployment can be set side by side.
    With ``--slots S > 1`` every server runs ``-np S``, each wave sends S prompts at once, the
    policy is asked about the profile with its concurrency set to S (written beside ``--out``), and
    the ratio is of wall-clock throughput (``--metric``).
@@ -86,7 +90,8 @@ def wave(url: str, prompts: list[Any], temperature: float, tokens: int) -> dict[
     """``prompts`` sent at once to one server: tokens, engine decode rate, wall throughput, drafts."""
     def one(p: Any) -> dict[str, Any]:
         body = {"prompt": render_turn(p, 0, []), "n_predict": tokens, "temperature": temperature, "top_k": 0,
-                "top_p": 1.0, "min_p": 0.0, "seed": request_seed(0, p.id, 0), "ignore_eos": True}
+                "top_p": 1.0, "min_p": 0.0, "seed": request_seed(0, p.id, 0), "ignore_eos": True,
+                "cache_prompt": False}  # every request prefills its prompt, as the profiler's do
         return _post(f"{url}/completion", body)
     start = time.perf_counter()
     pool = ThreadPoolExecutor(len(prompts))
@@ -99,9 +104,30 @@ def wave(url: str, prompts: list[Any], temperature: float, tokens: int) -> dict[
     wall = time.perf_counter() - start
     t = [r["timings"] for r in out]
     return {"tokens": sum(r["tokens_predicted"] for r in out), "wall_s": wall,
+            "decode_tokens": sum(max(x["predicted_n"] - 1, 0) for x in t),
+            "decode_s": sum(x["predicted_ms"] for x in t) / 1e3,
             "engine_tps": sum(x["predicted_per_second"] for x in t),
             "throughput": sum(r["tokens_predicted"] for r in out) / wall,
             "drafted": sum(x.get("draft_n", 0) for x in t), "accepted": sum(x.get("draft_n_accepted", 0) for x in t)}
+
+
+def round_gain(rounds: list[dict[str, Any]], cfg: str, num: str, den: str, seed: int = 0,
+               draws: int = 2000) -> tuple[float, list[float] | None]:
+    """(Σ num / Σ den of ``cfg``) over plain's, on every round; 95% bootstrap interval over rounds."""
+    import numpy as np
+
+    ours = np.array([[r["waves"][cfg][num], r["waves"][cfg][den]] for r in rounds], dtype=float)
+    base = np.array([[r["waves"]["plain"][num], r["waves"]["plain"][den]] for r in rounds], dtype=float)
+
+    def ratio(w: np.ndarray) -> np.ndarray:
+        return ((w @ ours[:, 0]) / (w @ ours[:, 1])) / ((w @ base[:, 0]) / (w @ base[:, 1]))
+
+    point = float(ratio(np.ones((1, len(rounds))))[0])
+    if len(rounds) < 5:
+        return round(point, 4), None
+    w = np.random.default_rng(seed).multinomial(len(rounds), np.full(len(rounds), 1 / len(rounds)), size=draws)
+    lo, hi = np.percentile(ratio(w.astype(float)), [2.5, 97.5])
+    return round(point, 4), [round(float(lo), 4), round(float(hi), 4)]
 
 
 def summarize(rounds: list[dict[str, Any]], configs: list[str], mix: dict[str, float],
@@ -119,7 +145,11 @@ def summarize(rounds: list[dict[str, Any]], configs: list[str], mix: dict[str, f
         weighted = {t: statistics.median(v) for t, v in by_task.items() if mix.get(t)}
         total = sum(mix[t] for t in weighted)
         drafted = sum(r["waves"][cfg]["drafted"] for r in rounds)
-        out[cfg] = {"speedup_median": round(statistics.median(ratios), 4),
+        timed = [r for r in rounds if "decode_s" in r["waves"][cfg] and "decode_s" in r["waves"]["plain"]]
+        gain, gain_ci = round_gain(timed, cfg, "decode_tokens", "decode_s") if timed else (None, None)
+        wall_gain, wall_ci = round_gain(rounds, cfg, "tokens", "wall_s")
+        out[cfg] = {"gain": gain, "gain_ci": gain_ci, "wall_gain": wall_gain, "wall_gain_ci": wall_ci,
+                    "rounds": len(rounds),"speedup_median": round(statistics.median(ratios), 4),
                     "speedup_mix": round(sum(mix[t] * v for t, v in weighted.items()) / total, 4) if total else None,
                     "throughput_gain_median": round(statistics.median(tput), 4),
                     "engine_tps_median": round(statistics.median(r["waves"][cfg]["engine_tps"] for r in rounds), 3),
@@ -143,6 +173,8 @@ def main() -> int:
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--server-arg", action="append", default=[])
     ap.add_argument("--from-rounds", type=Path, default=None, help="summarize this rounds.jsonl instead of measuring")
+    ap.add_argument("--no-defaults", action="store_true",
+                    help="serve only plain and --grid (not llama.cpp's default and -md-only configurations)")
     ap.add_argument("--metric", choices=["auto", "engine_tps", "throughput"], default="auto",
                     help="what a speedup is a ratio of (auto: the engine's decode rate at one slot, the "
                          "wave's wall-clock throughput at several: with requests overlapping, the sum of "
@@ -163,7 +195,8 @@ def main() -> int:
     tasks = a.tasks.split(",") if a.tasks else [t for t in mix if mix[t] > 0]
     choice, rec = policy_choice(a.profile, a.measurements)
     grid = a.grid.split(",")
-    configs = ["plain", *grid, "default", "md-only"] + ([choice] if choice not in [*grid, "plain"] else [])
+    defaults = [] if a.no_defaults else ["default", "md-only"]
+    configs = ["plain", *grid, *defaults] + ([choice] if choice not in [*grid, "plain"] and not a.no_defaults else [])
     pair = find_pair("qwen2.5-coder")
     target, draft = (Layout(m, default_cache()).gguf for m in (pair.target, pair.draft))
     logs = a.out.with_suffix("")
@@ -212,8 +245,8 @@ def main() -> int:
               "tasks": tasks,
               "temperatures": temps, "max_new_tokens": a.max_new_tokens, "recommend": rec, "choice": choice,
               "speculates": speculates, "best_speculative_in_grid": best, "best_in_grid_or_plain": best_of_all,
-              "regret": {"choice": regret(choice), "default": regret("default"), "md-only": regret("md-only"),
-                         "plain": regret("plain")},
+              "regret": {c: regret(choice if c == "choice" else c) for c in ("choice", "default", "md-only", "plain")
+                         if (choice if c == "choice" else c) in summary},
               "summary": summary, "rounds": rounds, "command": shlex.join(sys.argv)}
     a.out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     print(json.dumps({k: result[k] for k in ("choice", "best_speculative_in_grid", "best_in_grid_or_plain", "regret",
@@ -221,7 +254,8 @@ def main() -> int:
     for cfg in configs:
         s = summary[cfg]
         print(f"{cfg:12s} speedup(mix)={s['speedup_mix']} median={s['speedup_median']} "
-              f"tput={s['throughput_gain_median']} tps={s['engine_tps_median']} alpha={s['alpha']}")
+              f"tput={s['throughput_gain_median']} tps={s['engine_tps_median']} alpha={s['alpha']} "
+              f"gain={s['gain']} {s['gain_ci']} wall_gain={s['wall_gain']} {s['wall_gain_ci']} ({s['rounds']} rounds)")
     return 0
 
 

@@ -22,7 +22,7 @@ from picker.cli.main import app
 from picker.inputs.measurements import load_measurements
 from picker.profiler.run import records_of
 from picker.tasks import builtin_prompts
-from tests.test_profiler_sglang_double import Loopback, SGLangDouble, as_json
+from tests.test_profiler_sglang_double import Loopback, SGLangDouble, as_json, sse, vllm_reply
 
 runner = CliRunner()
 FAST = ["--retries", "1", "--backoff", "0.01", "--timeout", "5", "--quiet", "--no-plot"]
@@ -167,15 +167,16 @@ def _sglang_with(generate: Any) -> Loopback:
 
 def _slow(body: bytes) -> tuple[int, bytes, str]:
     time.sleep(6.0)  # well past the 2 s timeout, even when a loaded machine delays the client
-    return as_json({"text": "x", "meta_info": {"completion_tokens": 1, "spec_verify_ct": 1}})
+    return sse({"text": "x", "meta_info": {"completion_tokens": 1, "spec_verify_ct": 1}})
 
 
 @pytest.mark.parametrize(("generate", "needles"), [
     (lambda body: (500, b"boom", "text/plain"), ["/generate", "HTTP 500"]),
     (_slow, ["/generate", "timed out after 2 s"]),
-    (lambda body: (200, b'{"text": "x", "meta_info": {', "application/json"), ["/generate", "malformed JSON"]),
-    (lambda body: as_json({"text": "x", "meta_info": {"completion_tokens": 5}}), ["/generate", "spec_verify_ct"]),
-    (lambda body: as_json({"text": "x", "meta_info": {"completion_tokens": 5, "spec_verify_ct": "2"}}),
+    (lambda body: sse(b'data: {"text": "x", "meta_info": {\n\n'), ["/generate", "malformed JSON"]),
+    (lambda body: as_json({"text": "x", "meta_info": {}}), ["/generate", "not server-sent events"]),
+    (lambda body: sse({"text": "x", "meta_info": {"completion_tokens": 5}}), ["/generate", "spec_verify_ct"]),
+    (lambda body: sse({"text": "x", "meta_info": {"completion_tokens": 5, "spec_verify_ct": "2"}}),
      ["spec_verify_ct", "non-negative integer"]),
 ])
 def test_sglang_faults_end_in_one_line_and_keep_a_summary(tmp_path: Path, generate: Any, needles: list[str]) -> None:
@@ -228,8 +229,9 @@ GOOD_METRICS = "\n".join([
 @pytest.mark.parametrize(("metrics", "completions", "needles"), [
     ("vllm:num_requests_running 0\n", None, ["/metrics", "vllm:spec_decode_num_drafts_total"]),
     (GOOD_METRICS, lambda body: (500, b"x", "text/plain"), ["/v1/completions", "HTTP 500"]),
-    (GOOD_METRICS, lambda body: (200, b"<html>", "text/html"), ["/v1/completions", "malformed JSON"]),
-    (GOOD_METRICS, lambda body: as_json({"choices": []}), ["/v1/completions", "usage.completion_tokens"]),
+    (GOOD_METRICS, lambda body: (200, b"<html>", "text/html"), ["/v1/completions", "not server-sent events"]),
+    (GOOD_METRICS, lambda body: sse(b"data: <html>\n\n"), ["/v1/completions", "malformed JSON"]),
+    (GOOD_METRICS, lambda body: sse({"choices": []}), ["/v1/completions", "usage.completion_tokens"]),
 ])
 def test_vllm_faults(tmp_path: Path, metrics: str, completions: Any, needles: list[str]) -> None:
     with _vllm_with(metrics, completions) as server:
@@ -248,7 +250,7 @@ def test_ambiguous_sglang_algorithm_needs_the_strategy_named(tmp_path: Path) -> 
 
 
 def test_vllm_needs_the_strategy_named(tmp_path: Path) -> None:
-    with _vllm_with(GOOD_METRICS, lambda body: as_json({})) as server:
+    with _vllm_with(GOOD_METRICS, lambda body: vllm_reply(4)) as server:
         result = profile(server.url, tmp_path, "--tasks", "math", backend="vllm")
     assert result.exit_code == 2 and "--strategies" in result.stderr
 
@@ -264,7 +266,7 @@ def test_plain_url_is_for_vllm_and_must_answer(tmp_path: Path) -> None:
         result = profile(server.url, tmp_path, "--plain-url", server.url, "--tasks", "math")
     _one_error_line(result, "/get_server_info", "the plain server speculates (EAGLE3)")
     port = _closed_port()
-    with _vllm_with(GOOD_METRICS, lambda body: as_json({})) as server:
+    with _vllm_with(GOOD_METRICS, lambda body: vllm_reply(4)) as server:
         result = profile(server.url, tmp_path / "v", "--strategies", "ngram", "--tasks", "math",
                          "--plain-url", f"http://127.0.0.1:{port}", backend="vllm")
     _one_error_line(result, f":{port}/v1/models", "connection refused")
@@ -274,9 +276,8 @@ def test_plain_url_baseline_reaches_the_summary(tmp_path: Path) -> None:
     """Loopback stand-ins in vLLM's documented formats (``/v1/models``, ``/v1/completions``,
     ``/metrics``): the plain server's waves become the baseline of ``speedup_vs_plain``; a source
     without step timings reports no step-cost ratios (the real-server run: tests/engines)."""
-    reply = as_json({"choices": [{"text": " x" * 8}], "usage": {"completion_tokens": 8}})
-    with _vllm_with(GOOD_METRICS, lambda body: reply) as spec, \
-            _vllm_with("", lambda body: reply) as plain:
+    with _vllm_with(GOOD_METRICS, lambda body: vllm_reply(8)) as spec, \
+            _vllm_with("", lambda body: vllm_reply(8)) as plain:
         result = profile(spec.url, tmp_path, "--strategies", "ngram", "--tasks", "math", "--limit-per-task", "2",
                          "--temperatures", "0", "--no-early-stop", "--concurrency", "1", "--plain-url", plain.url,
                          backend="vllm")
@@ -302,7 +303,7 @@ def test_vllm_wave_span_is_its_requests_not_the_counter_reads(tmp_path: Path) ->
                 time.sleep(read)
                 return 200, metrics.encode(), "text/plain"
             time.sleep(hold)
-            return as_json({"choices": [{"text": " x" * 8}], "usage": {"completion_tokens": 8}})
+            return vllm_reply(8)
         return Loopback(handle)
 
     with slow_metrics(GOOD_METRICS) as spec, slow_metrics("") as plain:

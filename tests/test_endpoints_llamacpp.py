@@ -10,8 +10,12 @@ slot's ``speculative`` flag and its last task's ``params["speculative.types"]``;
 ``speculative.types: none`` whatever runs.
 Behind it runs a chain process with known rates, as ``--spec-synth-rates`` forces them: position
 k is accepted with unconditional probability ``rates[k]`` (so conditionally rates[k]/rates[k-1]),
-drafts are cut to the tokens left, like the server's ``get_n_draft_max``. The real server is
-checked the same way in ``tests/engines/test_llamacpp.py``.
+drafts are cut to the tokens left, like the server's ``get_n_draft_max``. Asked to stream, it
+answers as the server does (``send_partial_response``): one ``data:`` event per token, the tokens of
+one step back to back (now and then one held back, riding with the next: a token ending inside a
+UTF-8 character), each with the slot's ``timings`` when ``timings_per_token`` is set
+(``predicted_ms`` moving once per step), then the final event (``stop: true``, ``timings``,
+``tokens_predicted``). The real server is checked the same way in ``tests/engines/test_llamacpp.py``.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import pytest
 from picker.profiler.run import records_of
 from picker.profiler.vllm import GAP_S
 from tests.test_endpoints import _closed_port, _one_error_line, profile
-from tests.test_profiler_sglang_double import Loopback, as_json
+from tests.test_profiler_sglang_double import Loopback, as_events, as_json, sse
 
 RATES = [0.9, 0.6, 0.3]
 
@@ -42,8 +46,9 @@ class LlamaDouble(Loopback):
     """
 
     def __init__(self, rates: list[float], *, types: str = "draft-simple", slots: bool = True, metrics: bool = True,
-                 fail_after: int | None = None) -> None:
+                 fail_after: int | None = None, step_s: float = 0.0) -> None:
         super().__init__(self._handle)
+        self.step_s = step_s  # seconds each streamed step takes
         self.rates, self.types, self.slots, self.metrics = list(rates), types, slots, metrics
         self.fail_after = fail_after
         self.log: list[dict[str, Any]] = []  # the truth per request
@@ -70,12 +75,38 @@ class LlamaDouble(Loopback):
             with self.lock:
                 if self.fail_after is not None and len(self.log) >= self.fail_after:
                     return 500, b'{"error": {"code": 500, "message": "boom"}}', "application/json"
-            return as_json(self._complete(json.loads(body)))
+            req = json.loads(body)
+            reply, steps = self._complete(req)
+            return as_events(self._events(req, reply, steps), done=False) if req.get("stream") else as_json(reply)
         return 404, b"not found", "text/plain"
 
-    def _complete(self, req: dict[str, Any]) -> dict[str, Any]:
+    def _events(self, req: dict[str, Any], reply: dict[str, Any], steps: list[int]) -> list[tuple[float, Any]]:
+        """The streamed form of ``reply``: an event per token, the step's tokens sharing predicted_ms."""
+        events: list[tuple[float, Any]] = []
+        done = sent = 0
+        for i, n in enumerate(steps):
+            wait = self.step_s  # the step's time, before its first event
+            for k in range(n):
+                done += 1
+                if k < n - 1 and done % 5 == 2:
+                    continue  # held back as the server holds a token that ends inside a UTF-8 character
+                # A held-back token's text rides with the next event's (its id does not).
+                event: dict[str, Any] = {"index": 0, "content": " tok" * (done - sent), "tokens": [7],
+                                         "stop": False, "id_slot": 0, "tokens_predicted": done,
+                                         "tokens_evaluated": 12}
+                sent = done
+                if req.get("timings_per_token"):
+                    event["timings"] = {"prompt_n": 12, "prompt_ms": 1.0, "predicted_n": done,
+                                        "predicted_ms": 0.001 + 5.0 * i}
+                events.append((wait, event))
+                wait = 0.0
+        events.append((0.0, {**reply, "content": ""}))
+        return events
+
+    def _complete(self, req: dict[str, Any]) -> tuple[dict[str, Any], list[int]]:
         n_predict, rng = int(req["n_predict"]), random.Random(req["seed"])
         tokens, drafted, accepted, steps, verify = 1, 0, 0, 0, 0  # the prefill emits the first token
+        emitted = [1]
         reached, per_pos = [0] * len(self.rates), [0] * len(self.rates)
         while tokens < n_predict:
             n = min(len(self.rates), n_predict - tokens - 1)  # the server drafts only what fits
@@ -89,10 +120,11 @@ class LlamaDouble(Loopback):
                 per_pos[j] += 1
             steps, verify = steps + 1, verify + (n > 0)
             drafted, accepted, tokens = drafted + n, accepted + k, tokens + k + 1
+            emitted.append(k + 1)
         with self.lock:
             self.log.append({"prompt": req["prompt"], "temperature": req["temperature"], "seed": req["seed"],
                              "top_k": req.get("top_k"), "tokens": tokens, "drafted": drafted,
-                             "accepted": accepted, "steps": steps})
+                             "accepted": accepted, "steps": steps, "emitted": emitted})
             self.counters["drafts"] += verify
             self.counters["draft_tokens"] += drafted
             self.counters["accepted"] += accepted
@@ -103,7 +135,7 @@ class LlamaDouble(Loopback):
             timings.update(draft_n=drafted, draft_n_accepted=accepted)
         return {"index": 0, "content": " tok" * tokens, "tokens": [], "id_slot": 0, "stop": True,
                 "model": "zoo", "tokens_predicted": tokens, "tokens_evaluated": 12, "stop_type": "limit",
-                "stopping_word": "", "truncated": False, "timings": timings}
+                "stopping_word": "", "truncated": False, "timings": timings}, emitted
 
     def _prometheus(self) -> str:
         with self.lock:
@@ -184,27 +216,40 @@ def _completion(reply: Any, slots: bool) -> Loopback:
     return Loopback(handle)
 
 
+def _streamed(final: dict[str, Any]) -> tuple[int, bytes, str]:
+    """``final`` as the end of a stream: one event per token it counts, then itself with ``stop: true``."""
+    tokens = final.get("tokens_predicted", 0)
+    events = [{"content": " x", "tokens": [7], "stop": False} for _ in range(tokens if isinstance(tokens, int) else 0)]
+    return sse(*events, {**final, "stop": True})
+
+
 def _slow(body: bytes) -> tuple[int, bytes, str]:
     import time
 
     time.sleep(4.0)
-    return as_json({"content": "x", "tokens_predicted": 1, "timings": {}})
+    return _streamed({"content": "x", "tokens_predicted": 1, "timings": {}})
 
 
 @pytest.mark.parametrize(("reply", "slots", "needles"), [
     (lambda body: (500, b'{"error": {"message": "boom"}}', "application/json"), True,
      ["/completion", "HTTP 500", "boom"]),
     (_slow, True, ["/completion", "timed out after 1.5 s"]),
-    (lambda body: (200, b'{"content": "x", "timings": {', "application/json"), True,
-     ["/completion", "malformed JSON"]),
+    (lambda body: sse(b'data: {"content": "x", "timings": {\n\n'), True, ["/completion", "malformed JSON"]),
+    (lambda body: as_json({"content": "x", "tokens_predicted": 1, "timings": {}}), True,
+     ["/completion", "not server-sent events"]),
+    (lambda body: sse({"content": "x", "tokens": [7], "stop": False}), True, ["/completion", "without its final event"]),
+    (lambda body: sse({"content": "x", "tokens": [7], "tokens_predicted": 3},
+                      {"content": "", "stop": True, "tokens_predicted": 2, "timings": {}}),
+     True, ["/completion", "carried 3 tokens"]),
     # Started with --no-slots, the server does not say whether it speculates: no draft_n is an error.
-    (lambda body: as_json({"content": "x", "tokens_predicted": 4, "timings": {"predicted_n": 4}}), False,
+    (lambda body: _streamed({"content": "x", "tokens_predicted": 4, "timings": {"predicted_n": 4}}), False,
      ["/completion", "timings has no draft_n", "--spec-type"]),
-    (lambda body: as_json({"content": "x", "tokens_predicted": 4, "timings": {"draft_n_accepted": 1}}), True,
+    (lambda body: _streamed({"content": "x", "tokens_predicted": 4, "timings": {"draft_n_accepted": 1}}), True,
      ["/completion", "timings has no draft_n"]),
-    (lambda body: as_json({"content": "x", "tokens_predicted": 4, "timings": {"draft_n": "6", "draft_n_accepted": 1}}),
+    (lambda body: _streamed({"content": "x", "tokens_predicted": 4,
+                             "timings": {"draft_n": "6", "draft_n_accepted": 1}}),
      True, ["timings.draft_n", "non-negative integer"]),
-    (lambda body: as_json({"content": "x", "tokens_predicted": 4}), True, ["/completion", "'timings'"]),
+    (lambda body: _streamed({"content": "x", "tokens_predicted": 4}), True, ["/completion", "'timings'"]),
 ])
 def test_faults_end_in_one_line_and_keep_a_summary(tmp_path: Path, reply: Any, slots: bool,
                                                    needles: list[str]) -> None:
@@ -299,3 +344,27 @@ def test_recommend_uses_llamacpps_step_cost_from_a_plain_baseline(tmp_path: Path
     ev = evidence(index, load_strategies()["vanilla"], "creative", 1.0)
     assert ev.source == "measured" and ev.cost is not None and ev.cost.step_points
     assert ev.cost.step_points[0][0] == 3
+
+
+def test_streamed_chunks_are_the_servers_steps(tmp_path: Path) -> None:
+    """One event per token, a step's tokens back to back: merged by their shared ``predicted_ms`` into one
+    chunk per step, so the record's chunks are the double's steps and add up to its tokens exactly."""
+    with LlamaDouble(RATES, step_s=0.004) as server:
+        result = llama(server.url, tmp_path, "--strategies", "vanilla", "--tasks", "math", "--temperatures", "0",
+                       "--limit-per-task", "4", "--max-new-tokens", "40", "--no-early-stop", "--num-draft-tokens",
+                       "3", "--concurrency", "2")
+        assert result.exit_code == 0, result.output
+        log = {r["seed"]: r for r in server.log}
+    from picker.profiler.llamacpp import request_seed
+
+    for record in records_of(tmp_path):
+        (timing,) = record.timings
+        truth = log[request_seed(0, record.prompt_ids[0], 0)]
+        assert list(timing.chunks) == truth["emitted"] and timing.tokens == record.tokens == truth["tokens"]
+        # A step apart, not two events of one step (the median: a client thread descheduled on a busy
+        # machine stamps one arrival late, and the gap after it looks short).
+        assert sorted(timing.gaps_s)[len(timing.gaps_s) // 2] >= 0.003
+        assert timing.engine == {"prompt_ms": 1.0, "predicted_ms": 5.0, "predicted_n": float(truth["tokens"]),
+                                 "prompt_n": 12.0}
+    (cell,) = json.loads((tmp_path / "summary.json").read_text())["cells"]
+    assert cell["engine_clock"]["requests"] == 4 and cell["itl_ms_p50"] >= 3.0

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from bench.regret.vllm import Server
+from picker.profiler.vllm_server import Server
 from picker.cli.main import app
 
 ROOT = Path(__file__).resolve().parents[1]

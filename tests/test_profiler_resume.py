@@ -72,6 +72,17 @@ def test_sigkill_then_resume_loses_and_repeats_nothing(tmp_path: Path) -> None:
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["run"]["status"] == "complete" and summary["totals"]["records"] == EXPECTED
     assert sum(c["samples"] for c in summary["cells"]) == EXPECTED
+    # No recorded field is lost: records from before the kill keep their per-token timings and
+    # rounds, and the summary's latency figures are those of the records on disk.
+    from picker.profiler.records import read_records
+    from picker.profiler.summary import build_summary
+
+    records, stops, _, _ = read_records(tmp_path / "records.jsonl")
+    assert all(r.timings and sum(t.tokens for t in r.timings) == r.tokens and "round" in r.extra for r in records)
+    again = build_summary(records, stops, summary["run"])
+    for mine, theirs in zip(summary["cells"], again["cells"]):
+        assert {k: v for k, v in mine.items() if "_ms_" in k} == {k: v for k, v in theirs.items() if "_ms_" in k}
+        assert mine["itl_ms_p99"] > 0
 
 
 def test_ctrl_c_leaves_a_consistent_summary(tmp_path: Path) -> None:

@@ -13,6 +13,9 @@ chain of ``steps`` drafts accepts position k with probability ``rates[k]`` given
 positions were accepted (seeded per request), then emits the accepted drafts plus one bonus
 token, until ``max_new_tokens``. The double logs the exact counts of every request, so tests can
 check the profiler's arithmetic to the last token and its estimates against ``rates``.
+With ``"stream": true`` it answers as SGLang streams (``data: {...}`` server-sent events, one per
+verify step, ``text`` and ``meta_info.completion_tokens`` cumulative, the full ``meta_info`` on the
+last, then ``data: [DONE]``), ``step_delay`` seconds apart.
 
     >>> with SGLangDouble(rates=[1.0, 0.0], steps=2) as server:
     ...     import json, urllib.request
@@ -35,7 +38,8 @@ from typing import Any
 
 import numpy as np
 
-Handler = Callable[[str, str, bytes], tuple[int, bytes, str]]  # (method, path, body) -> (status, body, type)
+# (method, path, body) -> (status, body, type); a body that is an iterator of bytes is streamed as it comes
+Handler = Callable[[str, str, bytes], tuple[int, Any, str]]
 
 
 class Loopback:
@@ -54,10 +58,14 @@ class Loopback:
                     return
                 self.send_response(status)
                 self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
+                streamed = not isinstance(payload, bytes)
+                if not streamed:
+                    self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()  # a streamed body (HTTP/1.0) ends when the connection closes
                 try:
-                    self.wfile.write(payload)
+                    for piece in payload if streamed else [payload]:
+                        self.wfile.write(piece)
+                        self.wfile.flush()
                 except (BrokenPipeError, ConnectionResetError):  # the client gave up (a timeout test)
                     pass
 
@@ -89,6 +97,35 @@ def as_json(obj: Any, status: int = 200) -> tuple[int, bytes, str]:
     return status, json.dumps(obj).encode(), "application/json"
 
 
+def sse(*events: Any) -> tuple[int, bytes, str]:
+    """Server-sent events at once: ``data: JSON`` each (bytes are sent as they are), then ``[DONE]``."""
+    body = b"".join(e if isinstance(e, bytes) else f"data: {json.dumps(e)}\n\n".encode() for e in events)
+    return 200, body + b"data: [DONE]\n\n", "text/event-stream"
+
+
+def vllm_reply(tokens: int, per_chunk: int = 2) -> tuple[int, bytes, str]:
+    """A streamed ``/v1/completions`` answer as vLLM sends it with ``continuous_usage_stats``: chunks
+    of ``per_chunk`` tokens with the running usage, then the usage alone."""
+    events, done = [], 0
+    while done < tokens:
+        n = min(per_chunk, tokens - done)
+        done += n
+        events.append({"choices": [{"index": 0, "text": " x" * n}], "usage": {"completion_tokens": done}})
+    return sse(*events, {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": tokens}})
+
+
+def as_events(events: list[tuple[float, Any]], done: bool = True) -> tuple[int, Any, str]:
+    """Server-sent events, each ``data: JSON`` after waiting its delay (seconds), then ``[DONE]``."""
+    def body() -> Any:
+        for delay, event in events:
+            time.sleep(delay)
+            yield f"data: {json.dumps(event)}\n\n".encode()
+        if done:
+            yield b"data: [DONE]\n\n"
+
+    return 200, body(), "text/event-stream"
+
+
 class SGLangDouble(Loopback):
     """SGLang's documented ``/generate`` + ``/get_server_info`` over a known speculative process.
 
@@ -99,8 +136,10 @@ class SGLangDouble(Loopback):
     """
 
     def __init__(self, rates: list[float], steps: int, *, version: str = "newest", algorithm: str = "EAGLE3",
-                 seed: int = 0, fail_after: int | None = None, topk: int = 1, delay: float = 0.0) -> None:
+                 seed: int = 0, fail_after: int | None = None, topk: int = 1, delay: float = 0.0,
+                 step_delay: float = 0.0) -> None:
         super().__init__(self._handle)
+        self.step_delay = step_delay
         self.rates, self.steps, self.version, self.algorithm = list(rates), steps, version, algorithm
         self.seed, self.fail_after, self.topk, self.delay = seed, fail_after, topk, delay
         self.log: list[dict[str, Any]] = []  # the truth per request: verify_ct, correct, hist, tokens
@@ -116,7 +155,17 @@ class SGLangDouble(Loopback):
                 if self.fail_after is not None and len(self.log) >= self.fail_after:
                     return 500, b"Internal Server Error", "text/plain"
             time.sleep(self.delay)
-            return as_json(self._generate(json.loads(body)))
+            req = json.loads(body)
+            reply, steps = self._generate(req)
+            if not req.get("stream"):
+                return as_json(reply)
+            meta, events, done = reply["meta_info"], [], 0
+            for n in steps:  # one event per forward, counts cumulative; the full meta_info on the last
+                done += n
+                last = done == meta["completion_tokens"]
+                events.append((self.step_delay, {"text": " tok" * done, "meta_info": meta if last else {
+                    "id": meta["id"], "completion_tokens": done, "finish_reason": None}}))
+            return as_events(events)
         return 404, b"not found", "text/plain"
 
     def _server_info(self) -> dict[str, Any]:
@@ -129,7 +178,7 @@ class SGLangDouble(Loopback):
                 "speculative_num_draft_tokens": self.steps + 1 if self.topk == 1 else 16,
                 "internal_states": [state], "version": "0.5.23-double"}
 
-    def _generate(self, req: dict[str, Any]) -> dict[str, Any]:
+    def _generate(self, req: dict[str, Any]) -> tuple[dict[str, Any], list[int]]:
         ids = req.get("input_ids")  # /generate takes the prompt as text or as input_ids
         text = req["text"] if ids is None else " ".join(map(str, ids))
         params = req.get("sampling_params", {})
@@ -137,6 +186,7 @@ class SGLangDouble(Loopback):
         rng = np.random.default_rng([self.seed, zlib.crc32(text.encode())])
         hist = [0] * (self.steps + 1)
         tokens, verify_ct, correct = 1, 0, 0  # the prefill emits the first token
+        steps = [1]  # tokens each forward emitted
         while tokens < max_new:
             k = 0
             while k < self.steps and rng.random() < self.rates[k]:
@@ -144,10 +194,11 @@ class SGLangDouble(Loopback):
             verify_ct += 1
             hist[k] += 1
             correct += k
-            tokens += min(k + 1, max_new - tokens)  # the output is cut at max_new; counters are not
+            steps.append(min(k + 1, max_new - tokens))
+            tokens += steps[-1]  # the output is cut at max_new; counters are not
         with self.lock:
             self.log.append({"text": text, "input_ids": ids, "verify_ct": verify_ct, "correct": correct, "hist": hist,
-                             "tokens": tokens, "temperature": params.get("temperature")})
+                             "tokens": tokens, "temperature": params.get("temperature"), "steps": steps})
             self.total_accept_tokens += correct + verify_ct
             self.total_forwards += verify_ct
         meta: dict[str, Any] = {"id": f"req-{len(self.log)}", "prompt_tokens": len(text.split()),
@@ -162,7 +213,7 @@ class SGLangDouble(Loopback):
         elif self.version == "mid":
             meta.update(spec_accept_token_num=correct, spec_draft_token_num=verify_ct * self.steps,
                         spec_accept_length=tokens / verify_ct, spec_accept_histogram=hist)
-        return {"text": " tok" * tokens, "meta_info": meta}
+        return {"text": " tok" * tokens, "meta_info": meta}, steps
 
 
 def _post(url: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -187,3 +238,26 @@ def test_double_old_format_has_only_verify_count() -> None:
     with SGLangDouble(rates=[0.5], steps=1, version="old") as server:
         meta = _post(server.url + "/generate", {"text": "x", "sampling_params": {"max_new_tokens": 20}})["meta_info"]
     assert "spec_verify_ct" in meta and not any(k.startswith("spec_accept") or "correct" in k for k in meta)
+
+
+def test_streamed_generate_is_one_event_per_forward(tmp_path: Any) -> None:
+    """The profiler's SGLang path streams: each record's chunks are the double's forwards, their
+    tokens its completion_tokens, a step apart."""
+    from typer.testing import CliRunner
+
+    from picker.cli.main import app
+    from picker.profiler.run import records_of
+
+    with SGLangDouble(rates=[0.8, 0.5], steps=2, step_delay=0.003) as server:
+        result = CliRunner().invoke(app, ["profile", "--backend", "sglang", "--url", server.url, "--out", str(tmp_path),
+                                          "--tasks", "math", "--temperatures", "0", "--limit-per-task", "4",
+                                          "--max-new-tokens", "20", "--no-early-stop", "--quiet", "--no-plot"])
+        assert result.exit_code == 0, result.output
+        truth = {r["text"]: r for r in server.log}
+    records = records_of(tmp_path)
+    assert len(records) == 4
+    for record in records:
+        (timing,) = record.timings
+        assert list(timing.chunks) in [r["steps"] for r in truth.values()] and timing.tokens == record.tokens
+        # A step apart (the median: on a busy machine one arrival stamped late makes the next gap look short).
+        assert sorted(timing.gaps_s)[len(timing.gaps_s) // 2] >= 0.002

@@ -28,7 +28,7 @@ from picker.tasks.files import load_prompt_file
 from picker.zoo.resolve import zoo_paths
 from tests.test_endpoints import GOOD_METRICS, _vllm_with
 from tests.test_endpoints_llamacpp import RATES, LlamaDouble, llama
-from tests.test_profiler_sglang_double import SGLangDouble, as_json
+from tests.test_profiler_sglang_double import SGLangDouble, vllm_reply
 
 runner = CliRunner()
 TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}{{ eos_token }}{% endfor %}"
@@ -183,11 +183,9 @@ def test_llamacpp_is_sent_the_templates_ids(templated: Path, turns_file: Path, t
 def test_vllm_is_sent_the_templates_ids(templated: Path, tmp_path: Path) -> None:
     tok = load_prompt_tokenizer(templated)
     bodies: list[dict[str, Any]] = []
-    reply = as_json({"choices": [{"text": " x" * 4}], "usage": {"completion_tokens": 4}})
-
     def completions(body: bytes) -> Any:
         bodies.append(json.loads(body))
-        return reply
+        return vllm_reply(4)
 
     with _vllm_with(GOOD_METRICS, completions) as server:
         result = runner.invoke(app, ["profile", "--backend", "vllm", "--url", server.url, "--model", str(templated),

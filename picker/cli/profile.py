@@ -7,10 +7,14 @@
     $ specpick profile --backend vllm --url http://127.0.0.1:8000 --strategies ngram --out runs/vllm
     $ specpick profile --backend llamacpp --url http://127.0.0.1:8080 --strategies vanilla \\
           --num-draft-tokens 3 --out runs/llamacpp
+    $ specpick profile --model zoo --strategies ngram --concurrency 1,4,16 --out runs/load
+    $ specpick profile --model zoo --strategies ngram --request-rate 2,8 --max-in-flight 16 --out runs/rate
     $ specpick recommend profiles/chat-70b-h100.yaml --measurements runs/zoo/summary.json
 
 Writes ``OUT/records.jsonl`` (one fsync'd line per generation), ``OUT/summary.json`` (see
-``picker.profiler.summary``), ``OUT/run.json`` and ``OUT/alpha.png``. ``--resume`` continues a
+``picker.profiler.summary``: acceptance, the A/B gain with its interval over rounds, TTFT / ITL /
+TPOT / e2e percentiles, goodput under SLOs), ``OUT/run.json``, ``OUT/alpha.png`` and
+``OUT/latency.png`` (p99 ITL and mean TPOT against concurrency or request rate). ``--resume`` continues a
 killed or interrupted run without repeating a finished generation. Bad input or a failing
 endpoint: one ``error:`` line and exit code 2, the partial summary kept; Ctrl-C: exit 130.
 """
@@ -26,10 +30,12 @@ import typer
 from picker.cli.common import user_errors
 from picker.errors import UserError
 from picker.profiler.options import (
+    load_problems,
     parse_artifacts,
     parse_concurrency,
     parse_draft_lengths,
     parse_list,
+    parse_rates,
     parse_temperatures,
     prompts_by_task,
     resolve_model,
@@ -145,6 +151,24 @@ def profile(
         help="At concurrency C, serve C x this many prompts per wave, a finished request replaced by the next "
              "(closed loop); the wave's drain, when rows empty one by one, then weighs about 1/this.",
         min=1, max=64)] = 1,
+    request_rate: Annotated[str | None, typer.Option(
+        help="Open loop: requests per second offered, R or a list, e.g. 1,4 (seeded Poisson arrivals; one group of "
+             "cells per rate, each against plain decoding at the same rate).")] = None,
+    burstiness: Annotated[float, typer.Option(
+        help="Open loop: gamma shape of the gaps between arrivals (1: Poisson; below 1: burstier), as vLLM's.")] = 1.0,
+    max_in_flight: Annotated[int, typer.Option(
+        help="Open loop: at most this many requests in flight (0: no cap; torch: the batch rows).")] = 0,
+    order: Annotated[str, typer.Option(
+        help="Order of plain and each configuration within a round: abba (reversed every other round) or "
+             "random (seeded per round).")] = "abba",
+    gain_ci_target: Annotated[float, typer.Option(
+        help="Also stop a cell only once its A/B gain's 95% interval over rounds is within +- this share of "
+             "the gain (0: not asked; plain decoding then runs every round beside it).")] = 0.0,
+    slo_ttft_ms: Annotated[float | None, typer.Option(help="SLO for goodput: time to first token, ms "
+                                                           "(default: the --workload profile's slo.ttft_ms).")] = None,
+    slo_itl_p99_ms: Annotated[float | None, typer.Option(help="SLO: a request's p99 inter-token gap, ms "
+                                                              "(default: the profile's slo.itl_p99_ms).")] = None,
+    slo_tpot_ms: Annotated[float | None, typer.Option(help="SLO: time per output token, ms.")] = None,
     timeout: Annotated[float, typer.Option(help="Live: seconds per request.", min=0.1)] = 120.0,
     retries: Annotated[int, typer.Option(help="Live: retries of a transient fault.", min=0, max=10)] = 2,
     backoff: Annotated[float, typer.Option(help="Live: seconds before the first retry (doubles).", min=0.0)] = 0.5,
@@ -159,23 +183,36 @@ def profile(
     from picker.profiler.run import ProfileConfig, Profiler
     from picker.profiler.stopping import StopRule
 
+    slo = _slo(workload, {"ttft_ms": slo_ttft_ms, "itl_p99_ms": slo_itl_p99_ms, "tpot_ms": slo_tpot_ms})
+    rates = parse_rates(request_rate)
+    problems = load_problems(rates, burstiness, max_in_flight, order, gain_ci_target, slo)
+    if problems:  # one line each, all at once
+        for problem in problems[:-1]:
+            typer.echo(f"error: {problem}", err=True)
+        raise problems[-1]
+    if resume:  # a resumed run keeps the load it began with, unless told otherwise (then refused)
+        concurrency, rates, burstiness, max_in_flight = _resumed_load(out, concurrency, rates, burstiness,
+                                                                      max_in_flight)
     task_list, temps = _tasks_and_temperatures(tasks, temperatures, workload, prompts)
     lengths = parse_draft_lengths(num_draft_tokens)
     by_task = prompts_by_task(prompts, task_list, limit_per_task, category_map, seed)
     default = ["ngram", "vanilla", "lookahead", "medusa", "eagle3"] if backend is Backend.torch else []
     chosen = parse_list(strategies, "--strategies") if strategies else default
     client = {"timeout": timeout, "retries": retries, "backoff": backoff}
-    levels = parse_concurrency(concurrency, default=1 if backend is Backend.torch else 4)
+    levels = parse_concurrency(concurrency, default=1 if backend is Backend.torch else 4) \
+        if concurrency is not None or rates is None else []
     # Said once the run is done, so that a run failing on bad input still ends in one error line.
     unfilled = unfilled_levels(levels, by_task)
-    source = _source(backend, model, url, parse_artifacts(artifact or []), client, levels[0], threads, device,
-                     plain_url, prompt_format.value)
+    source = _source(backend, model, url, parse_artifacts(artifact or []), client, (levels or [1])[0], threads,
+                     device, plain_url, prompt_format.value)
     config = ProfileConfig(
         out=out, tasks=list(by_task), temperatures=temps, strategies=chosen, num_draft_tokens=lengths,
         max_new_tokens=max_new_tokens, limit_per_task=limit_per_task,
-        rule=StopRule(ci_target, min_samples, early_stop, plain_samples), seed=seed, resume=resume,
-        plain=plain, plot=plot, concurrency=levels, ignore_eos=ignore_eos, wave_rounds=wave_rounds,
-        meta={"concurrency": levels, "ignore_eos": ignore_eos, "backend": backend.value, "target": url or model or "zoo", "prompts": prompts,
+        rule=StopRule(ci_target, min_samples, early_stop, plain_samples, gain_ci_target), seed=seed, resume=resume,
+        plain=plain, plot=plot, concurrency=levels or None, ignore_eos=ignore_eos, wave_rounds=wave_rounds,
+        request_rates=rates, burstiness=burstiness, max_in_flight=max_in_flight, order=order,
+        meta={"concurrency": levels, "request_rates": rates, "burstiness": burstiness, "max_in_flight": max_in_flight,
+              "slo": slo, "ignore_eos": ignore_eos, "backend": backend.value, "target": url or model or "zoo", "prompts": prompts,
               "category_map": category_map, "tasks": list(by_task), "temperatures": temps,
               "strategies": chosen, "num_draft_tokens": lengths, "limit_per_task": limit_per_task,
               "prompt_format": source.renderer.format},  # as resolved: chat_template or raw
@@ -186,10 +223,47 @@ def profile(
         typer.echo(f"warning: {unfilled}", err=True)
     if not quiet:
         from picker.profiler.load import print_load_table
-        from picker.profiler.table import print_summary
+        from picker.profiler.table import print_open_loop_table, print_summary
 
         print_summary(summary)
         print_load_table(summary)
+        print_open_loop_table(summary)
+
+
+def _slo(workload: Path | None, flags: dict[str, float | None]) -> dict[str, float | None]:
+    """Latency SLOs for goodput: the flags, else the workload profile's ``slo`` section."""
+    if workload is not None:
+        from picker.inputs.workload import load_profile
+
+        spec = load_profile(workload).slo
+        for key, value in (("ttft_ms", spec.ttft_ms), ("itl_p99_ms", spec.itl_p99_ms), ("itl_p50_ms", spec.itl_p50_ms)):
+            if flags.get(key) is None and value is not None:
+                flags[key] = float(value)
+    return {k: v for k, v in flags.items() if v is not None}
+
+
+def _resumed_load(out: Path, concurrency: str | None, rates: list[float] | None, burstiness: float,
+                  max_in_flight: int) -> tuple[str | None, list[float] | None, float, int]:
+    """The load of the run being resumed where the command names none (the profiler refuses a
+    different one: ``picker.profiler.run.RESUME_KEYS``)."""
+    import json
+
+    path = out / "run.json"
+    try:
+        old = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return concurrency, rates, burstiness, max_in_flight
+    if concurrency is None and rates is None:
+        levels, rates = old.get("concurrency") or None, old.get("request_rates")
+        concurrency = ",".join(map(str, levels)) if levels else None
+        burstiness = float(old.get("burstiness", burstiness))
+        max_in_flight = int(old.get("max_in_flight", max_in_flight))
+    # Refused here, before a model loads, as the profiler would refuse it (RESUME_KEYS).
+    for key, now in (("request_rates", rates), ("burstiness", burstiness), ("max_in_flight", max_in_flight)):
+        if key in old and old[key] != now:
+            raise UserError(f"differs from the run being resumed ({old[key]!r} there, {now!r} now)", file=str(path),
+                            field=key)
+    return concurrency, rates, burstiness, max_in_flight
 
 
 def _tasks_and_temperatures(tasks: str | None, temperatures: str | None, workload: Path | None,

@@ -83,6 +83,9 @@ class StepRecord:
     emitted: int
     draft_seconds: float
     verify_seconds: float
+    # Run-clock seconds (since serve() began, observers excluded) at the end of this step, when its
+    # ``emitted`` tokens left the loop together: per-token timing (TTFT, inter-token gaps) reads these.
+    emitted_at: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,7 @@ class Generation:
     records: list[StepRecord] = field(repr=False, default_factory=list)
     joined: int = 0  # the run's step (batched forward) at which it was admitted
     left: int = 0  # the run's step after which it finished
+    admitted_at: float = 0.0  # run-clock seconds at admission (StepRecord.emitted_at's clock)
 
 
 @dataclass(frozen=True)
@@ -171,10 +175,12 @@ def serve(
     stop: Sequence[str] = (),
     tokenizer: Decoder | None = None,
     observer: StepObserver | None = None,
+    arrivals: Sequence[float] | None = None,
 ) -> Served:
     """Decode every prompt (up to ``max_new_tokens`` each), ``concurrency`` at a time; exact for any
     drafter (``picker.engine.verify``). Sequences share ``rng``, drawn in row order each step;
-    ``max_new_tokens`` is one limit for all or one per prompt."""
+    ``max_new_tokens`` is one limit for all or one per prompt. ``arrivals`` (open loop): prompt i
+    joins no earlier than ``arrivals[i]`` run-clock seconds; with nothing in flight the loop idles."""
     if target.rows < concurrency:
         raise ValueError(f"serve: the backend holds {target.rows} rows; use target.with_rows({concurrency})")
     rng = np.random.default_rng(0) if rng is None else rng
@@ -185,7 +191,7 @@ def serve(
     while queue or live:
         # 0. Admit: a freed row takes the next prompt (continuous batching).
         joined = []
-        while queue and ledger.free:
+        while queue and ledger.free and (arrivals is None or arrivals[queue[0][0]] <= clock.elapsed()):
             i, prompt = queue.popleft()
             row = ledger.admit(prompt)
             limit = max_new_tokens if isinstance(max_new_tokens, int) else max_new_tokens[i]
@@ -197,6 +203,9 @@ def serve(
         # an engine without mixed prefill-decode batches schedules it (SGLang's enable_mixed_chunk is
         # off by default). In their step its whole prompt would pad every running row to its length.
         stepping = joined or list(live)
+        if not stepping:  # open loop, nothing in flight: idle until the next prompt arrives
+            time.sleep(max(0.0, arrivals[queue[0][0]] - clock.elapsed()) if arrivals else 0.0)
+            continue
         # 1. Propose a chain or tree per sequence, all in one draft phase (none at a prefill: the prompt is pending).
         t0 = time.perf_counter()
         drafts = dict.fromkeys(stepping, EMPTY_DRAFT)
@@ -274,7 +283,7 @@ class _Sequence:
                              result, q_logits, sampling)
             self.clock.observed += time.perf_counter() - t1
         self.records.append(StepRecord(len(draft), result.num_accepted, _first_rejection(draft.tree, result),
-                                       len(emitted), draft_s + t1 - t0, verify_s))
+                                       len(emitted), draft_s + t1 - t0, verify_s, self.clock.elapsed()))
         return self.reason is not None
 
     def generation(self, tokenizer: Decoder | None) -> Generation:
@@ -284,7 +293,7 @@ class _Sequence:
                                 seconds, self.clock.target.forward_seconds - self.forward0)
         text = tokenizer.decode(self.out) if tokenizer is not None else None
         assert self.reason is not None
-        return Generation(self.out, text, stats, self.reason, rec, self.joined, self.clock.steps)
+        return Generation(self.out, text, stats, self.reason, rec, self.joined, self.clock.steps, self.start)
 
 
 def _kept_hidden(states: dict[Any, torch.Tensor] | None, i: int, n_pending: int,

@@ -21,11 +21,13 @@ import socket
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from picker.errors import UserError
 
+T = TypeVar("T")
 MAX_BODY_BYTES = 64 * 1024 * 1024  # a response larger than this is a misconfigured endpoint
 
 
@@ -55,6 +57,56 @@ class HttpClient:
     def post_json(self, url: str, payload: dict[str, Any]) -> Any:
         return self._json(url, self._request(url, json.dumps(payload).encode()))
 
+    def post_stream(self, url: str, payload: dict[str, Any]) -> Iterator[tuple[float, Any]]:
+        """POST with a server-sent-events answer: ``(time.perf_counter() when it arrived, JSON)`` per
+        ``data:`` event, until ``data: [DONE]`` or the end of the stream. Connecting is retried as
+        any request is; a stream cut short after its first event is an error, never retried (the
+        events already read are the request's clock)."""
+        body = json.dumps({**payload, "stream": True}).encode()
+        headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+        resp = self._retrying(url, lambda: self._open(url, body, headers))
+        with resp:
+            ctype = resp.headers.get_content_type()
+            if ctype != "text/event-stream":
+                raise EndpointError(url, f"answered {ctype}, not server-sent events (the request asked for a stream)")
+            try:
+                for raw in resp:
+                    arrived = time.perf_counter()
+                    line = raw.strip()
+                    if not line.startswith(b"data:"):
+                        continue  # blank separators, comments, event names
+                    data = line[5:].strip()
+                    if data == b"[DONE]":
+                        return
+                    yield arrived, self._json(url, data)
+            except (TimeoutError, socket.timeout):
+                raise EndpointError(url, f"stream stalled: no event for {self.timeout:g} s") from None
+            except (ConnectionError, http.client.HTTPException) as exc:
+                raise EndpointError(url, f"stream cut short: {exc.__class__.__name__}") from None
+
+    def _open(self, url: str, data: bytes | None, headers: dict[str, str]) -> Any:
+        """The open response (POST with ``data``, else GET); transient faults become :class:`_Transient`,
+        the rest EndpointError."""
+        req = urllib.request.Request(url, data=data, headers=headers, method="POST" if data else "GET")
+        try:
+            return urllib.request.urlopen(req, timeout=self.timeout)
+        except urllib.error.HTTPError as exc:
+            detail = exc.read(200).decode("utf-8", "replace").strip().replace("\n", " ")
+            message = f"HTTP {exc.code} {exc.reason}" + (f": {detail}" if detail else "")
+            if exc.code >= 500 or exc.code == 429:
+                raise _Transient(message) from None
+            raise EndpointError(url, message) from None
+        except urllib.error.URLError as exc:
+            if isinstance(exc.reason, (TimeoutError, socket.timeout)):
+                raise _Transient(f"timed out after {self.timeout:g} s") from None
+            if isinstance(exc.reason, ConnectionRefusedError):
+                raise _Transient("connection refused (is the server running?)") from None
+            raise _Transient(f"cannot connect: {exc.reason}") from None
+        except (TimeoutError, socket.timeout):
+            raise _Transient(f"timed out after {self.timeout:g} s") from None
+        except (ConnectionError, http.client.HTTPException) as exc:
+            raise _Transient(f"connection failed: {exc.__class__.__name__}") from None
+
     def get_text(self, url: str) -> str:
         body = self._request(url, None)
         try:
@@ -72,12 +124,16 @@ class HttpClient:
                                      f"{snippet!r})") from None
 
     def _request(self, url: str, data: bytes | None) -> bytes:
+        return self._retrying(url, lambda: self._once(url, data))
+
+    def _retrying(self, url: str, attempt: Callable[[], T]) -> T:
+        """``attempt()``, retried with backoff while it fails transiently; then one EndpointError."""
         last = ""
-        for attempt in range(self.retries + 1):
-            if attempt:
-                time.sleep(self.backoff * 2 ** (attempt - 1))
+        for n in range(self.retries + 1):
+            if n:
+                time.sleep(self.backoff * 2 ** (n - 1))
             try:
-                return self._once(url, data)
+                return attempt()
             except _Transient as exc:
                 last = str(exc)
         tries = self.retries + 1
@@ -86,23 +142,9 @@ class HttpClient:
     def _once(self, url: str, data: bytes | None) -> bytes:
         """One attempt; transient faults become :class:`_Transient`, the rest EndpointError."""
         headers = {"Content-Type": "application/json"} if data is not None else {}
-        req = urllib.request.Request(url, data=data, headers=headers, method="POST" if data else "GET")
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+            with self._open(url, data, headers) as resp:
                 body = resp.read(MAX_BODY_BYTES + 1)
-        except urllib.error.HTTPError as exc:
-            detail = exc.read(200).decode("utf-8", "replace").strip().replace("\n", " ")
-            message = f"HTTP {exc.code} {exc.reason}" + (f": {detail}" if detail else "")
-            if exc.code >= 500 or exc.code == 429:
-                raise _Transient(message) from None
-            raise EndpointError(url, message) from None
-        except urllib.error.URLError as exc:
-            reason = exc.reason
-            if isinstance(reason, (TimeoutError, socket.timeout)):
-                raise _Transient(f"timed out after {self.timeout:g} s") from None
-            if isinstance(reason, ConnectionRefusedError):
-                raise _Transient("connection refused (is the server running?)") from None
-            raise _Transient(f"cannot connect: {reason}") from None
         except (TimeoutError, socket.timeout):
             raise _Transient(f"timed out after {self.timeout:g} s") from None
         except (ConnectionError, http.client.HTTPException) as exc:

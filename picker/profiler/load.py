@@ -103,12 +103,10 @@ def plot_gain(summary: Mapping[str, Any], out: Path) -> bool:
     curves = summary.get("load") or []
     if not curves:
         return False
-    try:
-        import matplotlib
+    from picker.profiler.plot import pyplot, save
 
-        matplotlib.use("Agg")  # no display: files only
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return False
     temps = sorted({c["temperature"] for c in curves})
     fig, axes = plt.subplots(len(temps), 1, figsize=(7.5, 3.4 * len(temps)), squeeze=False)
@@ -126,7 +124,4 @@ def plot_gain(summary: Mapping[str, Any], out: Path) -> bool:
         ax.set_title(f"temperature {temp:g}   (X: gain crosses 1)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.005, 1.0))
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return True
+    return save(fig, out)

@@ -160,3 +160,42 @@ def resolve_model(model: str, artifacts: dict[str, Path]) -> tuple[Path, dict[st
         if where is not None and where.exists() and name not in found:
             found[name] = where
     return Path(target), found
+
+
+def parse_rates(text: str | None) -> list[float] | None:
+    """``--request-rate 0.5,2`` -> sorted distinct offered rates (requests per second) in (0, 10000].
+
+        >>> parse_rates("2,0.5"), parse_rates(None)
+        ([0.5, 2.0], None)
+    """
+    if text is None:
+        return None
+    rates = _numbers(text, "--request-rate", float, 0.0, 10000.0, "(0, 10000] requests per second")
+    if any(r <= 0 for r in rates):
+        raise UserError("0 outside (0, 10000] requests per second", field="--request-rate")
+    return sorted(set(rates))
+
+
+def load_problems(rates: list[float] | None, burstiness: float, max_in_flight: int, order: str,
+                  gain_ci_target: float, slo: dict[str, float | None]) -> list[UserError]:
+    """Every problem with the load, A/B and SLO flags at once (the caller reports them all)."""
+    from picker.profiler.ab import ORDERS
+
+    out = []
+    if not 0 < burstiness <= 100:
+        out.append(UserError(f"{burstiness:g} outside (0, 100] (1: Poisson arrivals)", field="--burstiness"))
+    if burstiness != 1.0 and rates is None:
+        out.append(UserError("shapes open-loop arrivals: give --request-rate too", field="--burstiness"))
+    if not 0 <= max_in_flight <= 1024:
+        out.append(UserError(f"{max_in_flight} outside 0..1024 (0: no cap)", field="--max-in-flight"))
+    if max_in_flight and rates is None:
+        out.append(UserError("caps open-loop load: give --request-rate too (closed loop: --concurrency)",
+                             field="--max-in-flight"))
+    if order not in ORDERS:
+        out.append(UserError(f"{order!r}: expected one of {', '.join(ORDERS)}", field="--order"))
+    if not 0 <= gain_ci_target <= 1:
+        out.append(UserError(f"{gain_ci_target:g} outside [0, 1] (a share of the gain)", field="--gain-ci-target"))
+    for name, value in slo.items():
+        if value is not None and not 0 < value <= 3.6e6:
+            out.append(UserError(f"{value:g} outside (0, 3600000] milliseconds", field=f"--slo-{name.replace('_', '-')}"))
+    return out

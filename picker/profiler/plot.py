@@ -28,14 +28,32 @@ def _pick(cells: list[dict[str, Any]]) -> dict[tuple[float, str, str], dict[str,
     return best
 
 
-def plot_alpha(summary: Mapping[str, Any], out: Path) -> bool:
-    """Draw grouped bars of α with their 95% intervals; False when matplotlib is missing."""
+def pyplot() -> Any:
+    """matplotlib's pyplot on the file-only backend, or None without the ``plot`` extra."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")  # no display: files only
         import matplotlib.pyplot as plt
     except ImportError:
+        return None
+    return plt
+
+
+def save(fig: Any, out: Path) -> bool:
+    """Write ``fig`` to ``out`` and release it."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def plot_alpha(summary: Mapping[str, Any], out: Path) -> bool:
+    """Draw grouped bars of α with their 95% intervals; False when matplotlib is missing."""
+    plt = pyplot()
+    if plt is None:
         return False
     cells = _pick(list(summary.get("cells", [])))
     temps = sorted({k[0] for k in cells})
@@ -64,7 +82,4 @@ def plot_alpha(summary: Mapping[str, Any], out: Path) -> bool:
         ax.set_title(f"temperature {temp:g}")
         ax.grid(axis="y", alpha=0.3)
     axes[0, 0].legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.005, 1.0))  # outside the bars
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return True
+    return save(fig, out)

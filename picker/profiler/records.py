@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from picker.errors import UserError
+from picker.profiler.latency import Timing
 
 RECORD_VERSION = 1
 PLAIN = "plain"  # the pseudo-strategy of the no-speculation baseline (a reserved plugin name)
@@ -43,19 +44,28 @@ class CellKey:
     tree: str | None = None  # e.g. "depth=4,topk=2,tokens=16" when the draft is a tree
     # Requests in flight while the cell was measured (closed loop: a finished one is replaced).
     # Records written before the axis existed read as 1, and so do their ids.
+    # Open loop (``request_rate`` set): the cap on requests in flight, 0 for none.
     concurrency: int = 1
+    # Open loop: requests per second offered (seeded Poisson or gamma arrivals); None: closed loop.
+    request_rate: float | None = None
 
     @property
     def id(self) -> str:
         base = f"{self.task}|{self.strategy}|T={self.temperature:g}|N={self.num_draft_tokens}"
-        return base + (f"|tree={self.tree}" if self.tree else "") + (
-            f"|C={self.concurrency}" if self.concurrency != 1 else "")
+        base += f"|tree={self.tree}" if self.tree else ""
+        if self.request_rate is not None:
+            return base + f"|rate={self.request_rate:g}" + (f"|cap={self.concurrency}" if self.concurrency else "")
+        return base + (f"|C={self.concurrency}" if self.concurrency != 1 else "")
 
     @property
-    def group(self) -> tuple[str, float, int]:
+    def group(self) -> tuple[str, float, int, float | None]:
         """Cells compared against each other for early stopping (and against one plain baseline):
-        same task, temperature and concurrency."""
-        return (self.task, self.temperature, self.concurrency)
+        same task, temperature and load (concurrency, or request rate and cap)."""
+        return (self.task, self.temperature, self.concurrency, self.request_rate)
+
+    @property
+    def open_loop(self) -> bool:
+        return self.request_rate is not None
 
     @property
     def is_plain(self) -> bool:
@@ -72,6 +82,8 @@ class Record:
     position ``k`` (0-based) was examined by the verifier (all earlier positions accepted),
     ``pos_accepted[k]`` those in which it was accepted. ``accept_hist[k]`` counts steps that
     accepted exactly ``k`` drafts. Per-position lists are empty when the source cannot tell.
+    ``timings``: one :class:`~picker.profiler.latency.Timing` per request (turn) it covers, where the
+    source timed tokens (streaming, or the loop's emission times); empty in older records.
     """
 
     cell: CellKey
@@ -94,10 +106,12 @@ class Record:
     wall_s: float = 0.0
     source: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    timings: tuple[Timing, ...] = ()
 
     def to_json(self) -> str:
         data = asdict(self)
         data["cell"] = asdict(self.cell)
+        data["timings"] = [t.to_dict() for t in self.timings]
         return json.dumps({"v": RECORD_VERSION, **data}, separators=(",", ":"), sort_keys=True)
 
     @classmethod
@@ -107,10 +121,11 @@ class Record:
         cell = CellKey(**data.pop("cell"))
         for name in ("prompt_ids", "pos_reached", "pos_accepted", "accept_hist", "sib_reached", "sib_accepted"):
             data[name] = tuple(data.get(name, ()))
+        data["timings"] = tuple(Timing.from_dict(t) for t in data.get("timings", ()))
         return cls(cell=cell, **data)
 
 
-def stamp_wave(record: Record, wave: str, started: float) -> Record:
+def stamp_wave(record: Record, wave: str, started: float, round_: int | None = None) -> Record:
     """``record`` with the wave it ran in and its wall-clock span (epoch seconds) in ``extra``.
 
     Concurrent requests overlap, so per-request seconds do not add up to the time a wave took;
@@ -119,6 +134,8 @@ def stamp_wave(record: Record, wave: str, started: float) -> Record:
     counters) sets ``wave_t0`` and ``t1`` itself, and those stand.
     """
     extra = {"wave": wave, "wave_t0": started, "t1": time.time(), **record.extra}
+    if round_ is not None:  # the block of prompts every cell of the group ran: the A/B pairing unit
+        extra["round"] = round_
     return replace(record, extra=extra)
 
 

@@ -1,10 +1,13 @@
 """The profiling run: cells in rounds, records as they complete, stopping, summary and plot.
 
-Cells are grouped by (task, temperature). Within a group every active cell measures the same
+Cells are grouped by (task, temperature, load). Within a group every active cell measures the same
 prompts in the same order — round r measures prompt r (a wave of prompts for concurrent sources)
-with each cell in turn, so compared timings interleave pair by pair — and after each round the
-stopping rule (``picker.profiler.stopping``) ends cells that are precise enough or cannot change
-the decision. The plain baseline runs while any strategy cell of its group is running.
+with each cell in turn, in an order that alternates between rounds (ABBA, or seeded random:
+``picker.profiler.ab``), so compared timings interleave pair by pair and nothing always runs
+first — and after each round the stopping rule (``picker.profiler.stopping``) ends cells that are
+precise enough or cannot change the decision. The plain baseline runs while any strategy cell of
+its group is running. Load is closed loop (``concurrency``: C requests in flight) or open loop
+(``request_rates``: seeded Poisson or gamma arrivals, at most ``max_in_flight`` in flight).
 
     >>> cfg = ProfileConfig(out=Path("/tmp/x"), tasks=["code"], temperatures=[0.0],
     ...                     strategies=["ngram"], num_draft_tokens=[4], max_new_tokens=32, limit_per_task=10)
@@ -28,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from picker.errors import UserError
+from picker.profiler.ab import paired_gain, round_order
 from picker.profiler.provenance import collect as collect_provenance
 from picker.profiler.records import PLAIN, CellKey, Record, RecordLog, stamp_wave
 from picker.profiler.source import GenParams, Source
@@ -38,7 +42,9 @@ from picker.tasks import Prompt
 
 SUMMARY_EVERY_S = 20.0  # rewrite summary.json at least this often, so a kill leaves a recent one
 # Settings a resumed run must share with the run it continues: records made under others differ.
-RESUME_KEYS = ("backend", "target", "max_new_tokens", "seed", "prompts", "ignore_eos", "prompt_format", "wave_rounds")
+RESUME_KEYS = ("backend", "target", "max_new_tokens", "seed", "prompts", "ignore_eos", "prompt_format", "wave_rounds",
+               "concurrency", "request_rates", "burstiness", "max_in_flight", "order")
+OPEN_WAVE = 8  # open loop without a cap: prompts per wave (times wave_rounds)
 
 
 @dataclass
@@ -66,6 +72,11 @@ class ProfileConfig:
     # one with rows left empty, which no steady server does. One round is a static wave (all drain);
     # R rounds leave about 1/R of the wave to the drain.
     wave_rounds: int = 1
+    # Open loop, one group of cells per rate (beside the concurrency levels, if any were asked for).
+    request_rates: list[float] | None = None
+    burstiness: float = 1.0  # gamma shape of the gaps between arrivals (1: Poisson)
+    max_in_flight: int = 0  # open loop: cap on requests in flight (0: none)
+    order: str = "abba"  # the cells' order within a round: abba or random (picker.profiler.ab)
 
 
 # Stops that hold across resumes; running out of prompts does not (a resume may raise the limit).
@@ -106,7 +117,7 @@ class Profiler:
         self.by_cell: dict[CellKey, list[Record]] = defaultdict(list)
         for record in self.log.records:
             self.by_cell[record.cell].append(record)
-        self.params = GenParams(config.max_new_tokens, config.seed, config.ignore_eos)
+        self.params = GenParams(config.max_new_tokens, config.seed, config.ignore_eos, config.burstiness)
         self.started = time.monotonic()
         self.last_summary = 0.0
         self.status = "running"
@@ -119,7 +130,8 @@ class Profiler:
         info = {**self.config.meta, "source": self.source.describe(), "max_new_tokens": self.config.max_new_tokens,
                 "seed": self.config.seed, "ci_target": self.config.rule.ci_target,
                 "min_samples": self.config.rule.min_samples, "early_stop": self.config.rule.early,
-                "wave_rounds": self.config.wave_rounds}
+                "gain_ci_target": self.config.rule.gain_ci_target, "wave_rounds": self.config.wave_rounds,
+                "order": self.config.order}
         # What was measured, so `recommend` can check it against the deployment (picker.inputs.provenance).
         info["provenance"] = collect_provenance(self.source, self.config.meta, self.prompts)
         if self.config.resume and path.exists():
@@ -140,15 +152,16 @@ class Profiler:
         configs = self.source.configs(self.config.strategies, self.config.num_draft_tokens)
         previous = self._trap_sigint()
         try:
-            levels = self.config.concurrency or [max(1, self.source.concurrency)]
+            groups = 0  # groups so far: the order alternates across groups too (one round per group is common)
             for task in self.config.tasks:
                 for temperature in self.config.temperatures:
-                    for c in levels:
-                        cells = [CellKey(task, d.strategy, temperature, d.num_draft_tokens, d.tree, c)
+                    for c, rate in self._loads():
+                        cells = [CellKey(task, d.strategy, temperature, d.num_draft_tokens, d.tree, c, rate)
                                  for d in configs]
                         if self.config.plain and self.source.plain:
-                            cells.insert(0, CellKey(task, PLAIN, temperature, 0, concurrency=c))
-                        self._group(cells, self.prompts.get(task, []))
+                            cells.insert(0, CellKey(task, PLAIN, temperature, 0, concurrency=c, request_rate=rate))
+                        self._group(cells, self.prompts.get(task, []), groups)
+                        groups += 1
                         self.write_summary()
             self.status = "complete"
         except KeyboardInterrupt:
@@ -164,6 +177,12 @@ class Profiler:
             self.log.close()
             self.source.close()
         return self.summary()
+
+    def _loads(self) -> list[tuple[int, float | None]]:
+        """(concurrency or cap, request rate or None) of every group: closed-loop levels, then rates."""
+        rates = self.config.request_rates or []
+        levels = self.config.concurrency or ([] if rates else [max(1, self.source.concurrency)])
+        return [(c, None) for c in levels] + [(self.config.max_in_flight, r) for r in rates]
 
     def _trap_sigint(self) -> Any:
         """First Ctrl-C: finish the record being written, then stop; a second one aborts at once."""
@@ -185,13 +204,16 @@ class Profiler:
     def _stats(self, cell: CellKey) -> CellStats:
         return cell_stats(self.by_cell.get(cell, []), seed_key=cell.id)
 
-    def _group(self, cells: list[CellKey], prompts: list[Prompt]) -> None:
-        """Rounds over ``prompts`` until every strategy cell of the group has stopped."""
+    def _group(self, cells: list[CellKey], prompts: list[Prompt], seq: int = 0) -> None:
+        """Rounds over ``prompts`` until every strategy cell of the group has stopped; ``seq``: the
+        group's place in the run, which offsets the alternation of the cells' order (with one prompt
+        per task, a group's only round would otherwise always run plain first)."""
         if not cells:
             return
         done = self.log.done()
         active = {c for c in cells if self.log.stops.get(c.id) not in FINAL_STOPS}
-        wave = cells[0].concurrency * self.config.wave_rounds  # one concurrency per group (see wave_rounds)
+        load = (cells[0].concurrency or OPEN_WAVE) if cells[0].open_loop else cells[0].concurrency
+        wave = load * self.config.wave_rounds  # one load per group (see wave_rounds)
         total = len(prompts)
         for cell in cells:
             self.progress.cell(cell, sum((cell.id, p.id) in done for p in prompts), total)
@@ -200,12 +222,13 @@ class Profiler:
             if not any(not c.is_plain for c in active):
                 break
             batch = prompts[start:start + wave]
-            for cell in sorted(active, key=cells.index):
+            order = round_order(cells, seq + start // wave, seed=self.config.seed, how=self.config.order)
+            for cell in [c for c in order if c in active]:
                 self._check_interrupt()
                 todo = [p for p in batch if (cell.id, p.id) not in done]
                 wave_id, started = f"{cell.id}#{start}#{uuid.uuid4().hex[:8]}", time.time()
                 for record in self.source.measure(cell, todo, self.params) if todo else ():
-                    record = stamp_wave(record, wave_id, started)
+                    record = stamp_wave(record, wave_id, started, start)
                     self.log.append(record)
                     self.by_cell[cell].append(record)
                     self._check_interrupt()  # a safe point: the record is on disk and counted
@@ -219,7 +242,11 @@ class Profiler:
     def _stop(self, active: set[CellKey], cells: list[CellKey]) -> None:
         group = {c: self._stats(c) for c in cells}
         plain = next((group[c] for c in cells if c.is_plain and group[c].samples), None)
-        for cell, reason in decide(group, active, self.config.rule, plain).items():
+        gains = None
+        if self.config.rule.gain_ci_target > 0:  # the A/B gain's interval over rounds decides precision too
+            base = next((self.by_cell.get(c, []) for c in cells if c.is_plain), [])
+            gains = {c: paired_gain(self.by_cell.get(c, []), base) for c in cells if not c.is_plain}
+        for cell, reason in decide(group, active, self.config.rule, plain, gains).items():
             self._end(cell, reason, active)
         if not any(not c.is_plain for c in active):
             for cell in [c for c in active if c.is_plain]:
@@ -243,11 +270,13 @@ class Profiler:
         write_json_atomic(self.config.out / "summary.json", summary)
         self.last_summary = time.monotonic()
         if self.config.plot and self.status != "running":
+            from picker.profiler.latency_plot import plot_latency
             from picker.profiler.load import plot_gain
             from picker.profiler.plot import plot_alpha
 
             plot_alpha(summary, self.config.out / "alpha.png")
             plot_gain(summary, self.config.out / "gain_vs_concurrency.png")
+            plot_latency(summary, self.config.out / "latency.png")
 
 
     def _server_report(self) -> dict[str, Any]:

@@ -29,9 +29,11 @@ from typing import Any
 
 from picker.errors import UserError
 from picker.profiler.http import EndpointError, HttpClient
+from picker.profiler.latency import Timing, from_emissions
 from picker.profiler.prompt_format import PromptRenderer
 from picker.profiler.records import CellKey, Record, positions_from_histogram
-from picker.profiler.source import DraftConfig, GenParams, bounded, single_strategy
+from picker.profiler.source import DraftConfig, GenParams, dispatch, single_strategy
+from picker.profiler.streaming import sglang_stream
 from picker.tasks import Prompt
 
 _CORRECT_KEYS = ("spec_num_correct_drafts", "spec_accepted_drafts", "spec_accept_token_num")
@@ -166,14 +168,26 @@ class SGLangSource:
 
     def measure(self, cell: CellKey, prompts: Sequence[Prompt], params: GenParams) -> Iterator[Record]:
         if cell.is_plain:
-            return bounded(prompts, lambda p: self._plain_one(cell, p, params), cell.concurrency)
+            return dispatch(cell, prompts, params, lambda p: self._plain_one(cell, p, params))
         depth = int(self.info["speculative_num_steps"])
-        return bounded(prompts, lambda p: self._one(cell, p, params, depth), cell.concurrency)
+        return dispatch(cell, prompts, params, lambda p: self._one(cell, p, params, depth))
 
     def _prompt(self, prompt: Prompt, turn: int, history: Sequence[str]) -> dict[str, Any]:
         """``/generate``'s prompt field: ``text``, or ``input_ids`` for the chat template's ids."""
         sent = self.renderer.payload(prompt, turn, history)
         return {"input_ids": sent} if isinstance(sent, list) else {"text": sent}
+
+    def _stream(self, url: str, body: dict[str, Any], timings: list[Timing]) -> dict[str, Any]:
+        """One streamed ``/generate``: its final ``{"text", "meta_info"}``; its timing joins ``timings``."""
+        sent = time.perf_counter()
+        text, meta, emissions = sglang_stream(self.client.post_stream(url, body), url=url)
+        timing = from_emissions(sent, emissions)
+        timings += [timing] if timing is not None else []
+        completion = meta.get("completion_tokens")
+        if timing is not None and completion != timing.tokens:
+            raise EndpointError(url, f"streamed events carried {timing.tokens} tokens, completion_tokens says "
+                                     f"{completion!r}")
+        return {"text": text, "meta_info": meta}
 
     def _plain_one(self, cell: CellKey, prompt: Prompt, params: GenParams) -> Record:
         """The prompt on the plain server: one forward per token (each turn's prefill emits its first)."""
@@ -181,12 +195,13 @@ class SGLangSource:
         url = f"{self.plain_url}/generate"
         history: list[str] = []
         tokens = 0
+        timings: list[Timing] = []
         start = time.perf_counter()
         for turn in range(len(prompt.turns)):
             body = {**self._prompt(prompt, turn, history),
                     "sampling_params": {"temperature": cell.temperature, "max_new_tokens": params.max_new_tokens,
                                         **({"ignore_eos": True} if params.ignore_eos else {})}}
-            resp = self.client.post_json(url, body)
+            resp = self._stream(url, body, timings)
             meta = resp.get("meta_info") if isinstance(resp, dict) else None
             if not isinstance(resp, dict) or not isinstance(resp.get("text"), str) or not isinstance(meta, dict):
                 raise EndpointError(url, "response has no 'text' string and meta_info object")
@@ -195,19 +210,20 @@ class SGLangSource:
         turns = len(prompt.turns)
         return Record(cell=cell, prompt_ids=(prompt.id,), tokens=tokens, forwards=tokens,
                       steps=max(tokens - turns, 0), wall_s=time.perf_counter() - start,
-                      source="sglang-plain-server",
+                      source="sglang-plain-server", timings=tuple(timings),
                       extra={"turns": turns, "prompt_format": self.renderer.format})
 
     def _one(self, cell: CellKey, prompt: Prompt, params: GenParams, depth: int) -> Record:
         url = f"{self.url}/generate"
         history: list[str] = []
         totals: dict[str, Any] = {}
+        timings: list[Timing] = []
         start = time.perf_counter()
         for turn in range(len(prompt.turns)):
             body = {**self._prompt(prompt, turn, history),
                     "sampling_params": {"temperature": cell.temperature, "max_new_tokens": params.max_new_tokens,
                                         **({"ignore_eos": True} if params.ignore_eos else {})}}
-            resp = self.client.post_json(url, body)
+            resp = self._stream(url, body, timings)
             if not isinstance(resp, dict) or not isinstance(resp.get("text"), str):
                 raise EndpointError(url, "response has no 'text' string")
             history.append(resp["text"])
@@ -217,7 +233,7 @@ class SGLangSource:
             steps=totals["steps"], draft_steps=totals["draft_steps"], drafted=totals["drafted"],
             accepted=totals["accepted"],
             pos_reached=tuple(totals["pos_reached"]), pos_accepted=tuple(totals["pos_accepted"]),
-            accept_hist=tuple(totals["accept_hist"]), wall_s=time.perf_counter() - start,
+            accept_hist=tuple(totals["accept_hist"]), wall_s=time.perf_counter() - start, timings=tuple(timings),
             source="sglang-meta_info", extra={"accepted_from": totals["accepted_from"], "turns": len(prompt.turns),
                                               "prompt_format": self.renderer.format},
         )

@@ -18,9 +18,12 @@ engine reports acceptance per request (SGLang), one per wave where only server c
 
 from __future__ import annotations
 
+import time
+import zlib
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from picker.errors import UserError
@@ -39,6 +42,9 @@ class GenParams:
     # Generate exactly max_new_tokens: engines get their ignore_eos, the torch loop stops at no EOS.
     # Lengths then do not depend on the model's taste (a zoo that answers EOS at once).
     ignore_eos: bool = False
+    # Open loop: the shape of gamma-distributed gaps between arrivals (1: Poisson; below 1 burstier),
+    # as vLLM's ``--burstiness``.
+    burstiness: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -108,3 +114,81 @@ def bounded(items: Sequence[T], work: Callable[[T], Record], concurrency: int) -
                     failure = exc
     if failure is not None:
         raise failure
+
+
+def arrival_times(cell: CellKey, prompts: Sequence[Prompt], params: GenParams) -> list[float] | None:
+    """Seconds after the wave starts at which each prompt arrives (open loop), None for closed loop.
+
+    Gaps are gamma(shape = burstiness, mean = 1 / rate): Poisson arrivals at burstiness 1, vLLM's
+    ``--burstiness`` otherwise; the first arrives at 0. Seeded by the run seed, the group (task,
+    temperature, rate) and the prompts, never by the strategy: plain decoding and every
+    configuration meet the same schedule.
+
+        >>> from picker.tasks import Prompt
+        >>> ps = [Prompt(f"p{i}", "code", ("x",)) for i in range(4)]
+        >>> cell = CellKey("code", "ngram", 0.0, 4, request_rate=2.0)
+        >>> t = arrival_times(cell, ps, GenParams(8))
+        >>> t[0], len(t), t == arrival_times(CellKey("code", "plain", 0.0, 0, request_rate=2.0), ps, GenParams(8))
+        (0.0, 4, True)
+    """
+    if cell.request_rate is None:
+        return None
+    import numpy as np
+
+    rng = np.random.default_rng([params.seed, zlib.crc32(f"{cell.task}|{cell.temperature:g}|{cell.request_rate:g}".encode()),
+                                 *(zlib.crc32(p.id.encode()) for p in prompts)])
+    shape = params.burstiness
+    gaps = rng.gamma(shape, 1.0 / (cell.request_rate * shape), size=len(prompts))
+    return [0.0, *(float(x) for x in np.cumsum(gaps[:-1]))]
+
+
+def paced(items: Sequence[T], work: Callable[[T], Record], arrivals: Sequence[float], cap: int) -> Iterator[Record]:
+    """Open loop: start ``work(item)`` at its arrival (seconds after now), with at most ``cap`` in
+    flight (0: no cap), and yield records as they finish. A request held back by the cap waits on
+    the client side: its first timing gets that wait as ``queued_s`` (TTFT counts from its sending,
+    as vLLM's load client does with its concurrency cap) and its sending time as ``sent_s``.
+
+    Failures as in :func:`bounded`: no new request starts, those in flight are awaited and kept.
+    """
+    t0 = time.perf_counter()
+    pending = deque(zip(items, arrivals))
+    failure: BaseException | None = None
+    with ThreadPoolExecutor(max_workers=max(1, cap or len(items))) as pool:
+        running: dict[Future[Record], tuple[float, float]] = {}
+        while (pending and failure is None) or running:
+            now = time.perf_counter() - t0
+            while pending and failure is None and pending[0][1] <= now and (not cap or len(running) < cap):
+                item, due = pending.popleft()
+                running[pool.submit(work, item)] = (due, now)
+            room = not cap or len(running) < cap
+            timeout = max(0.0, pending[0][1] - now) if pending and failure is None and room else None
+            if not running:
+                time.sleep(timeout or 0.0)
+                continue
+            done, _ = wait(set(running), timeout=timeout, return_when=FIRST_COMPLETED)
+            for fut in done:
+                due, sent = running.pop(fut)
+                exc = fut.exception()
+                if exc is None:
+                    yield _stamp_sent(fut.result(), due, sent)
+                elif failure is None:
+                    failure = exc
+    if failure is not None:
+        raise failure
+
+
+def _stamp_sent(record: Record, due: float, sent: float) -> Record:
+    if not record.timings:
+        return record
+    first = replace(record.timings[0], queued_s=round(max(0.0, sent - due), 6), sent_s=round(sent, 6))
+    return replace(record, timings=(first, *record.timings[1:]))
+
+
+def dispatch(cell: CellKey, prompts: Sequence[Prompt], params: GenParams,
+             work: Callable[[Prompt], Record]) -> Iterator[Record]:
+    """A wave of requests as the cell's load asks: closed loop (``cell.concurrency`` in flight) or
+    open loop (arrivals at ``cell.request_rate``, at most ``cell.concurrency`` in flight, 0: no cap)."""
+    arrivals = arrival_times(cell, prompts, params)
+    if arrivals is None:
+        return bounded(prompts, work, cell.concurrency)
+    return paced(prompts, work, arrivals, cell.concurrency)

@@ -9,7 +9,9 @@ A cell stops, after at least ``min_samples`` generations, when one of these hold
    cell's (another strategy, or another N) on the same task and temperature.
 
 The plain baseline (timing only) stops after ``plain_samples`` prompts; speedups are computed on
-the prompts both ran. Rules 2 and 3 use the i.i.d. α (``alpha_iid``) and the measured step costs: S(α) = E[L](α, N) /
+the prompts both ran. With ``gain_ci_target`` set, precision also needs the A/B gain's interval over
+rounds (``picker.profiler.ab``) within ± that share of the gain, and plain decoding runs every round
+a configuration runs (the gain is paired round by round). Rules 2 and 3 use the i.i.d. α (``alpha_iid``) and the measured step costs: S(α) = E[L](α, N) /
 (N·c + v), with c and v relative to a plain target forward when the plain baseline was timed.
 (Stopping at a data-dependent time makes a percentile interval slightly optimistic; the minimum
 sample count and a target far below the gaps that decide a strategy keep that harmless here.)
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from picker.profiler.records import CellKey
 from picker.profiler.stats import CellStats
@@ -43,6 +46,7 @@ class StopRule:
     min_samples: int = 8
     early: bool = True
     plain_samples: int = 16  # plain decoding is timed on this many prompts, then only speculation runs
+    gain_ci_target: float = 0.0  # relative half-width of the gain's interval over rounds (0: not asked)
 
     def precise(self, half_width: float, samples: int) -> bool:
         return self.early and self.ci_target > 0 and samples >= self.min_samples and half_width <= self.ci_target
@@ -85,17 +89,26 @@ def decide(
     active: set[CellKey],
     rule: StopRule,
     plain: CellStats | None = None,
+    gains: Mapping[CellKey, Mapping[str, Any]] | None = None,
 ) -> dict[CellKey, str]:
-    """Which of the ``active`` cells of one (task, temperature) group stop now, and why."""
+    """Which of the ``active`` cells of one (task, temperature) group stop now, and why; ``gains``
+    (``picker.profiler.ab.paired_gain`` per cell) when the rule asks for the gain's precision."""
+    from picker.profiler.ab import relative_half_width
+
     stops: dict[CellKey, str] = {}
     bounds = {k: speedup_bounds(k, s, step_cost(s, plain)) for k, s in group.items() if not k.is_plain}
+    paired = rule.gain_ci_target > 0
     for key in active:
         stats = group.get(key)
-        if key.is_plain and stats is not None and rule.early and stats.samples >= rule.plain_samples:
+        if key.is_plain and stats is not None and rule.early and not paired and stats.samples >= rule.plain_samples:
             stops[key] = BASELINE_TIMED  # a plain forward's cost is known; its α is not a question
         if key.is_plain or stats is None or stats.samples < rule.min_samples:
             continue
-        if rule.precise(stats.half_width, stats.samples):
+        gain = (gains or {}).get(key, {})
+        gain_ok = not paired or relative_half_width(gain.get("gain_ci"), gain.get("gain_vs_plain")) <= rule.gain_ci_target
+        alpha_ok = rule.precise(stats.half_width, stats.samples) or (
+            paired and rule.early and rule.ci_target == 0 and stats.samples >= rule.min_samples)
+        if alpha_ok and gain_ok:
             stops[key] = PRECISION
             continue
         own = bounds.get(key)

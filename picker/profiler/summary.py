@@ -5,8 +5,7 @@ whatever stops a run — a kill, Ctrl-C, a failing endpoint — the summary on d
 with the records on disk. ``specpick recommend --measurements`` reads it
 (``picker.inputs.measurements.Cell``).
 
-    >>> from picker.profiler.load import load_curves
-from picker.profiler.records import CellKey, Record
+    >>> from picker.profiler.records import CellKey, Record
     >>> key = CellKey("math", "ngram", 0.0, 2)
     >>> recs = [Record(key, ("m0",), tokens=8, forwards=4, steps=3, drafted=6, accepted=4, wall_s=0.5)]
     >>> cell = build_summary(recs, {}, {})["cells"][0]
@@ -24,6 +23,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from picker.profiler.ab import paired_gain
+from picker.profiler.latency import clock_check, goodput, latency_stats
 from picker.profiler.load import load_curves
 from picker.profiler.records import CellKey, Record
 from picker.profiler.stats import CellStats, cell_stats, tau_by_depth, wave_seconds
@@ -58,6 +59,21 @@ CONVENTIONS = {
     "samples": "independent units behind the interval: generations (waves for counter sources)",
     "prompt_format": "how the prompts were rendered: chat_template (the model's own chat template, every turn) "
                      "or raw (text as it is, role tags between turns); null for records that do not say",
+    "latency": "ttft / itl / tpot / e2e _ms_{mean,p50,p90,p99} per cell (plain decoding's under baselines): "
+               "TTFT = request sent (reference loop: admitted; open loop: arrived) -> first token; ITL = the gap "
+               "between consecutive streamed chunks (vLLM's load client's definition: a chunk of k tokens, one "
+               "speculative step, is ONE gap); TPOT = (e2e - TTFT) / (tokens - 1) per request; e2e = sent -> last "
+               "token; percentiles inverted-CDF over requests (ITL: over all gaps); _ci: 95% bootstrap over requests; "
+               "_vs_plain: the cell's figure over plain decoding's in the same group (interval: both resampled)",
+    "gain_vs_plain": "A/B gain: (sum tokens / sum wave seconds) over plain's, on the rounds both ran (a round = one "
+                     "block of prompts every cell of the group ran, in ABBA or seeded random order); gain_ci: 95% "
+                     "bootstrap over rounds; decode_gain_vs_plain: the same with decode rates, sum (tokens - 1) / "
+                     "sum (e2e - TTFT), the prefill left out",
+    "goodput_requests_per_second": "DistServe's goodput: requests that met every SLO (run.slo, milliseconds) per "
+                                   "wall second of the waves; slo_attainment: their share",
+    "open_loop": "cells measured under an offered request rate (seeded Poisson, or gamma with run.burstiness): "
+                 "request_rate_per_second offered, concurrency = the cap on requests in flight (0: none), achieved "
+                 "requests_per_second and throughput, latency and gain as for cells",
     "load": "per task x strategy x draft shape x temperature measured at >= 2 concurrencies: "
             "[concurrency, gain] with gain = throughput_gain_vs_plain (speedup_vs_plain where waves were "
             "not timed), and crossover = the concurrency from which the gain stays <= 1 (its last fall "
@@ -123,8 +139,30 @@ def _throughput_gain(records: Sequence[Record], plain: Sequence[Record]) -> floa
     return ours / theirs if ours and theirs else None
 
 
+def _timings(records: Sequence[Record]) -> list[Any]:
+    return [t for r in records for t in r.timings]
+
+
+def latency_fields(key: CellKey, records: Sequence[Record], plain: Sequence[Record],
+                   slo: Mapping[str, float]) -> dict[str, Any]:
+    """Latency percentiles (ratios to plain where it ran), the A/B gain and goodput of one cell."""
+    out = latency_stats(_timings(records), seed_key=key.id, plain=_timings(plain) if not key.is_plain else ())
+    if plain and not key.is_plain:
+        out.update(paired_gain(records, plain, seed=len(key.id)))
+    out.update(goodput(_timings(records), slo, wave_seconds(records)))
+    check = clock_check(_timings(records))
+    if check is not None:  # the engine reported its own clock per request (llama.cpp)
+        out["engine_clock"] = check
+    if key.open_loop:
+        seconds = wave_seconds(records)
+        requests = sum(len(r.timings) or int(r.extra.get("requests", 1)) for r in records)
+        out.update(request_rate_per_second=key.request_rate,
+                   requests_per_second=_r(requests / seconds, 4) if seconds > 0 else None)
+    return out
+
+
 def _cell_entry(key: CellKey, records: Sequence[Record], stats: CellStats, plain: Sequence[Record],
-                plain_stats: CellStats | None, stopped: str | None) -> dict[str, Any]:
+                plain_stats: CellStats | None, stopped: str | None, slo: Mapping[str, float]) -> dict[str, Any]:
     speedup = _speedup(records, plain)
     cost = step_cost(stats, plain_stats)
     ci = stats.alpha_ci if stats.alpha_ci is not None else (0.0, 1.0)
@@ -161,6 +199,7 @@ def _cell_entry(key: CellKey, records: Sequence[Record], stats: CellStats, plain
         "seconds": _r(stats.wall_s, 3), "stopped": stopped,
         "source": sorted({r.source for r in records if r.source}),
         "prompt_format": _prompt_format(records),
+        **latency_fields(key, records, plain, slo),
     }
 
 
@@ -171,25 +210,30 @@ def build_summary(records: Sequence[Record], stops: Mapping[str, str], run: Mapp
         by_cell[r.cell].append(r)
     plain = {k.group: v for k, v in by_cell.items() if k.is_plain}
     plain_stats = {g: cell_stats(v, seed_key="plain") for g, v in plain.items()}
-    cells, baselines = [], []
-    for key in sorted(by_cell, key=lambda k: (k.task, k.temperature, k.concurrency, k.strategy, k.num_draft_tokens,
-                                              k.tree or "")):
+    slo = {k: float(v) for k, v in (run.get("slo") or {}).items() if v is not None}
+    cells, baselines, open_loop, open_base = [], [], [], []
+    for key in sorted(by_cell, key=lambda k: (k.task, k.temperature, k.request_rate or 0.0, k.concurrency, k.strategy,
+                                              k.num_draft_tokens, k.tree or "")):
         recs = by_cell[key]
         if key.is_plain:
             ps = plain_stats[key.group]
-            baselines.append({"task": key.task, "temperature": key.temperature, "strategy": key.strategy,
+            (open_base if key.open_loop else baselines).append({"task": key.task, "temperature": key.temperature, "strategy": key.strategy,
                               "concurrency": key.concurrency, "tokens_per_second": _r(ps.tokens_per_second, 3),
                               "throughput_tokens_per_second": _r(_throughput(recs), 3), "samples": ps.samples,
                               "tokens": ps.tokens, "target_forwards": ps.forwards, "seconds": _r(ps.wall_s, 3),
-                              "stopped": stops.get(key.id), "prompt_format": _prompt_format(recs)})
+                              "stopped": stops.get(key.id), "prompt_format": _prompt_format(recs),
+                              **latency_fields(key, recs, [], slo)})
             continue
         stats = cell_stats(recs, seed_key=key.id)
-        cells.append(_cell_entry(key, recs, stats, plain.get(key.group, []), plain_stats.get(key.group),
-                                 stops.get(key.id)))
+        # Open-loop cells are kept apart: readers of "cells" take concurrency as requests in flight.
+        (open_loop if key.open_loop else cells).append(
+            _cell_entry(key, recs, stats, plain.get(key.group, []), plain_stats.get(key.group), stops.get(key.id), slo))
     totals = {"records": len(records), "target_forwards": sum(r.forwards for r in records),
               "seconds": round(sum(r.wall_s for r in records), 3)}
     out = {"schema": SCHEMA, "conventions": CONVENTIONS, "run": dict(run), "totals": totals,
            "cells": cells, "baselines": baselines}
+    if open_loop or open_base:
+        out["open_loop"], out["open_loop_baselines"] = open_loop, open_base
     curves = load_curves(cells)
     if curves:  # measured at two or more concurrency levels
         out["load"] = curves

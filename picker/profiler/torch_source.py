@@ -28,9 +28,10 @@ from typing import Any
 
 from picker.engine.runtime import build_drafter, eos_token_ids, load_tokenizer
 from picker.errors import UserError
+from picker.profiler.latency import Timing, from_emissions
 from picker.profiler.prompt_format import PromptRenderer
 from picker.profiler.records import CellKey, Record
-from picker.profiler.source import DraftConfig, GenParams
+from picker.profiler.source import DraftConfig, GenParams, arrival_times
 from picker.tasks import Prompt
 
 # Sibling ranks the probe measures at sampled rejections (2..8): covers the trees' top-k up to 8
@@ -66,6 +67,14 @@ def step_counters(steps: Sequence[Any], siblings: Sequence[tuple[Sequence[float]
     sib = _sum([{"sib_reached": list(r), "sib_accepted": list(a)} for r, a in siblings[1:]])
     return {**out, "pos_reached": reached, "pos_accepted": acc, "sib_reached": sib.get("sib_reached", []),
             "sib_accepted": sib.get("sib_accepted", [])}
+
+
+def generation_timing(gen: Any, arrived: float | None = None) -> Timing | None:
+    """A generation's per-token clock from the loop's emission times (``StepRecord.emitted_at``): TTFT
+    from its arrival (open loop: queueing for a row included) or else its admission, one chunk per
+    step that emitted tokens (a step's accepted tokens leave together: one inter-token gap)."""
+    start = gen.admitted_at if arrived is None else arrived
+    return from_emissions(start, [(r.emitted_at, r.emitted) for r in gen.records])
 
 
 class TorchSource:
@@ -134,7 +143,7 @@ class TorchSource:
         return [DraftConfig(s, n) for s in strategies for n in num_draft_tokens]
 
     def measure(self, cell: CellKey, prompts: Sequence[Prompt], params: GenParams) -> Iterator[Record]:
-        if cell.concurrency > 1:
+        if cell.concurrency != 1 or cell.open_loop:
             yield from self._wave(cell, prompts, params)
             return
         for prompt in prompts:
@@ -151,23 +160,30 @@ class TorchSource:
         from picker.engine.siblings import SiblingProbe
 
         drafter, caps, max_draft = self._drafter(cell)
-        target = self._rows(cell.concurrency)
+        # Open loop without a cap: a row for every prompt of the wave (the zoo's caches are small).
+        target = self._rows(cell.concurrency or len(prompts))
         rng = np.random.default_rng([params.seed, zlib.crc32(cell.id.encode()),
                                      *(zlib.crc32(p.id.encode()) for p in prompts)])
+        schedule = arrival_times(cell, prompts, params)
+        timings: dict[str, list[Timing]] = {p.id: [] for p in prompts}
         history: dict[str, list[str]] = {p.id: [] for p in prompts}
         counters: dict[str, list[dict[str, Any]]] = {p.id: [] for p in prompts}
         tokens = dict.fromkeys(history, 0)
         seconds = dict.fromkeys(history, 0.0)
-        fed = dict.fromkeys(history, 0)  # prompt tokens prefilled, every turn (the load bench prices the prefill)
+        fed = dict.fromkeys(history, 0)  # prompt tokens prefilled, every turn (load pricing counts the prefill)
         for turn in range(max(len(p.turns) for p in prompts)):
             batch = [p for p in prompts if turn < len(p.turns)]
             ids = [self._encode(p, turn, history[p.id], params.max_new_tokens, cell.num_draft_tokens) for p in batch]
             probe = SiblingProbe(SIBLING_RANKS) if caps is not None and caps.tree else None
-            run = serve(target, ids, bind(drafter, caps), concurrency=cell.concurrency,
+            # Open loop: every turn's requests arrive on the wave's schedule (a later turn after the first).
+            arrivals = [schedule[prompts.index(p)] for p in batch] if schedule is not None else None
+            run = serve(target, ids, bind(drafter, caps), concurrency=target.rows,
                         sampling=SamplingParams(temperature=cell.temperature), max_new_tokens=params.max_new_tokens,
-                        max_draft=max_draft, rng=rng, eos_token_id=None if params.ignore_eos else self.eos, tokenizer=self.tokenizer,
-                           observer=probe)
+                        max_draft=max_draft, rng=rng, eos_token_id=None if params.ignore_eos else self.eos,
+                        tokenizer=self.tokenizer, observer=probe, arrivals=arrivals)
             for i, (p, gen) in enumerate(zip(batch, run.generations)):
+                timing = generation_timing(gen, arrivals[i] if arrivals is not None else None)
+                timings[p.id] += [timing] if timing is not None else []
                 fed[p.id] += len(ids[i])
                 history[p.id].append(gen.text or "")
                 tokens[p.id] += len(gen.tokens)
@@ -181,7 +197,7 @@ class TorchSource:
                          draft_s=c["draft_s"], verify_s=c["verify_s"],
                          sib_reached=tuple(round(x, 6) for x in c["sib_reached"]),
                          sib_accepted=tuple(round(x, 6) for x in c["sib_accepted"]),
-                         wall_s=seconds[p.id], source="torch-batched",
+                         wall_s=seconds[p.id], source="torch-batched", timings=tuple(timings[p.id]),
                          extra={"turns": len(p.turns), "concurrency": cell.concurrency,
                                 "prompt_format": self.prompt_format, "prompt_tokens": fed[p.id]})
 
@@ -216,7 +232,7 @@ class TorchSource:
         # One seeded stream per (prompt, cell): reruns reproduce, cells never share draws.
         rng = np.random.default_rng([params.seed, zlib.crc32(prompt.id.encode()), zlib.crc32(cell.id.encode())])
         history: list[str] = []
-        tokens, fed, turns_counters = 0, 0, []
+        tokens, fed, turns_counters, timings = 0, 0, [], []
         start = time.perf_counter()
         probe_s = 0.0
         for turn in range(len(prompt.turns)):
@@ -230,6 +246,8 @@ class TorchSource:
                            observer=probe)
             history.append(gen.text or "")
             tokens += len(gen.tokens)
+            timing = generation_timing(gen)
+            timings += [timing] if timing is not None else []
             turns_counters.append(step_counters(gen.records, probe.steps.get(0, []) if probe is not None else ()))
             probe_s += probe.seconds if probe is not None else 0.0
         c = _sum(turns_counters)
@@ -240,7 +258,7 @@ class TorchSource:
                       pos_accepted=tuple(c["pos_accepted"]), draft_s=c["draft_s"], verify_s=c["verify_s"],
                       sib_reached=tuple(round(x, 6) for x in c["sib_reached"]),
                       sib_accepted=tuple(round(x, 6) for x in c["sib_accepted"]),
-                      wall_s=wall, source="torch-loop",
+                      wall_s=wall, source="torch-loop", timings=tuple(timings),
                       extra={"turns": len(prompt.turns), "prompt_format": self.prompt_format, "prompt_tokens": fed})
 
     def _encode(self, prompt: Prompt, turn: int, history: Sequence[str], max_new: int, n_draft: int) -> list[int]:

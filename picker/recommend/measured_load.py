@@ -54,7 +54,7 @@ class MeasuredStepCost(StepCost):
 @dataclass(frozen=True)
 class AnchoredStepCost(StepCost):
     """A step cost whose ratio comes from per-step costs measured at one concurrency (``measured_at``),
-    carried to another batch by the load curve (``policies.features.step_ratio``), averaged over the
+    carried to another batch by the load curve (``policies.step_ratio``), averaged over the
     workload's traffic. Draft and verify seconds are the model's, scaled together to that ratio."""
 
     measured_at: int = 1

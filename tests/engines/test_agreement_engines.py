@@ -31,7 +31,7 @@ import numpy as np
 import pytest
 import torch
 
-from bench.regret.vllm import Server
+from picker.profiler.vllm_server import Server
 from picker.engine.backend import TorchBackend
 from picker.profiler.llamacpp_server import local_server
 from picker.tasks.agreement import first_divergence

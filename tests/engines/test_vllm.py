@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from bench.regret.vllm import Server
+from picker.profiler.vllm_server import Server
 from picker.engine.plugins import load_strategies
 from picker.inputs.workload import load_profile
 from picker.recommend.engine_configs import ENGINE_VERSIONS, ScheduleEntry, build_engine_configs
