@@ -10,7 +10,7 @@ the JSON prints, ``figures`` how text prints it.
     >>> from picker.recommend.pipeline import recommend
     >>> result = recommend(load_profile("profiles/chat-70b-h100.yaml"))            # doctest: +SKIP
     >>> result.recommendation.decision.strategy, result.gain_batch[0].mean[0]      # doctest: +SKIP
-    ('eagle3', 3.38...)
+    ('eagle3', 3.423)
 """
 
 from __future__ import annotations
