@@ -22,7 +22,9 @@ without one the roofline keeps its assumed constants.
 
 Model fitted: the roofline's own formula with the launch term folded into ``fixed_s`` (launches
 overlap the GPU, so on their own they are not separable from a fixed cost); the written constants
-therefore set ``launch_s_per_layer`` to 0 so that the roofline reproduces the fitted curve. An
+therefore set ``launch_s_per_layer`` to 0 so that the roofline reproduces the fitted curve (and,
+applied to the load curve of the engine it was measured on, :func:`calibration_for` sets the curve's
+per-layer latencies to 0: the fitted fixed time holds them for the model timed). An
 efficiency is only written when enough points are bound by its term (otherwise the data say
 nothing about it, and the engine's assumed value stays).
 """
@@ -263,6 +265,9 @@ def load_calibration(path: str | os.PathLike[str], engine: str | None = None) ->
 # launch times are the engine's own (CUDA graphs, scheduler, sampler), so they transfer only from
 # a run of the same engine.
 HARDWARE_CONSTANTS = ("bw_efficiency", "flops_efficiency")
+# The load curve's per-layer latencies, which the roofline fit has no term for: its fixed time holds
+# them for the model it timed, so on that engine they are 0 (the curve then reproduces the fit).
+SAME_ENGINE_ZEROS = {"layer_latency_s": 0.0, "verify_layer_s": 0.0}
 
 
 @dataclass(frozen=True)
@@ -308,6 +313,7 @@ def calibration_for(path: str | os.PathLike[str], engine: str, hardware: str | N
     overrides = cal.overrides()
     if cal.engine == engine:
         label = f"calibrated: {name} (measured on {engine}, {where})"
+        overrides.update(SAME_ENGINE_ZEROS)
     else:
         overrides = {k: v for k, v in overrides.items() if k in HARDWARE_CONSTANTS}
         label = (f"calibrated: {name} (measured on {cal.engine}, {where}; hardware efficiencies only, "
