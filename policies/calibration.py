@@ -24,9 +24,12 @@ Model fitted: the roofline's own formula with the launch term folded into ``fixe
 overlap the GPU, so on their own they are not separable from a fixed cost); the written constants
 therefore set ``launch_s_per_layer`` to 0 so that the roofline reproduces the fitted curve (and,
 applied to the load curve of the engine it was measured on, :func:`calibration_for` sets the curve's
-per-layer latencies to 0: the fitted fixed time holds them for the model timed). An
-efficiency is only written when enough points are bound by its term (otherwise the data say
-nothing about it, and the engine's assumed value stays).
+per-layer latencies to 0: the fitted fixed time holds them for the model timed). An efficiency is only written when enough points have their time
+set by its term, more than half of each (otherwise the data say nothing about it, and the engine's
+assumed value stays). Eager PyTorch on a GPU is the case in point: every forward of an 8B model takes
+~16 ms of kernel launches whatever it computes, and an efficiency fitted to the little that varies
+(0.059 of peak FLOP/s on an H200) means nothing; the fit leaves it out and says why
+(``FitQuality.notes``).
 """
 
 from __future__ import annotations
@@ -49,7 +52,8 @@ SCHEMA_VERSION = 1
 EFFICIENCY_RANGE = (1e-3, 1.5)
 GRID = 121  # points per axis per round
 ROUNDS = 3  # each round zooms to 4 steps of the last grid: final step ~1e-4 in log efficiency
-MIN_POINTS_PER_TERM = 2  # points a term must bound before its efficiency counts as measured
+MIN_POINTS_PER_TERM = 2  # points a term must set before its efficiency counts as measured
+DOMINANT = 0.5  # a term sets a point's time when it is more than this share of it
 
 
 class _Strict(BaseModel):
@@ -115,13 +119,16 @@ class Constants(_Strict):
 
 
 class FitQuality(_Strict):
-    """How well the fitted roofline matches the points, and how many each term bounds."""
+    """How well the fitted roofline matches the points, and how many points each term sets (more
+    than half of the point's time; ``overhead_bound_points``: the fixed time does)."""
 
     points: int = Field(ge=1)
     median_rel_error: float = Field(ge=0)
     max_rel_error: float = Field(ge=0)
     memory_bound_points: int = Field(ge=0)
     compute_bound_points: int = Field(ge=0)
+    overhead_bound_points: int = Field(default=0, ge=0)
+    notes: list[str] = Field(default_factory=list)  # why an efficiency was not written
 
 
 class CalibrationFile(_Strict):
@@ -205,19 +212,26 @@ def fit_engine_constants(points: Sequence[TimingPoint], shape: ModelShape, hw: H
         half = 2.0 * (grid_b[1] - grid_b[0])
         grid_b = np.linspace(max(lo, math.log(b) - half), min(hi, math.log(b) + half), GRID)
     mem, comp, meas = terms[:, 0], terms[:, 1], terms[:, 2]
-    mem_bound = int(np.sum(a * mem >= b * comp))
-    comp_bound = len(points) - mem_bound
+    # A term is measured by the points whose time it sets: the larger of the two, and more than half
+    # of the point (where the fixed time is most of every point, an efficiency fits noise).
+    mem_bound = int(np.sum((a * mem >= b * comp) & (a * mem > DOMINANT * meas)))
+    comp_bound = int(np.sum((b * comp > a * mem) & (b * comp > DOMINANT * meas)))
+    overhead = int(np.sum(fixed > DOMINANT * meas))
     rel = np.abs(np.maximum(a * mem, b * comp) + fixed - meas) / meas
     constants = {"fixed_s": fixed, "launch_s_per_layer": 0.0}
-    # An efficiency is measured when its term bounds enough points and the fit did not stop at the
+    notes = []
+    # An efficiency is measured when its term sets enough points and the fit did not stop at the
     # edge of the searched range (then the data lie outside what the roofline can express).
-    if mem_bound >= MIN_POINTS_PER_TERM and not _at_edge(1.0 / a):
-        constants["bw_efficiency"] = 1.0 / a
-    if comp_bound >= MIN_POINTS_PER_TERM and not _at_edge(1.0 / b):
-        constants["flops_efficiency"] = 1.0 / b
+    for name, bound, inverse in (("bw_efficiency", mem_bound, a), ("flops_efficiency", comp_bound, b)):
+        if bound >= MIN_POINTS_PER_TERM and not _at_edge(1.0 / inverse):
+            constants[name] = 1.0 / inverse
+        elif overhead > len(points) // 2:
+            notes.append(f"{name} not fitted: {overhead} of {len(points)} points are mostly fixed time "
+                         f"({fixed * 1e3:.3g} ms per forward: eager kernel launches, not bytes or FLOPs); "
+                         "time the reference engine or a CUDA-graph forward instead")
     quality = FitQuality(points=len(points), median_rel_error=float(np.median(rel)),
                          max_rel_error=float(rel.max()), memory_bound_points=mem_bound,
-                         compute_bound_points=comp_bound)
+                         compute_bound_points=comp_bound, overhead_bound_points=overhead, notes=notes)
     return Fit(constants=constants, quality=quality)
 
 
