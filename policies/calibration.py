@@ -24,8 +24,8 @@ Model fitted: the roofline's own formula with the launch term folded into ``fixe
 overlap the GPU, so on their own they are not separable from a fixed cost); the written constants
 therefore set ``launch_s_per_layer`` to 0 so that the roofline reproduces the fitted curve (and,
 applied to the load curve of the engine it was measured on, :func:`calibration_for` sets the curve's
-per-layer latencies to 0: the fitted fixed time holds them for the model timed). An efficiency is only written when enough points have their time
-set by its term, more than half of each (otherwise the data say nothing about it, and the engine's
+per-layer latencies to 0: the fitted fixed time holds them for the model timed). An efficiency is
+only written when enough points have their time set by its term, more than half of each (otherwise the data say nothing about it, and the engine's
 assumed value stays). Eager PyTorch on a GPU is the case in point: every forward of an 8B model takes
 ~16 ms of kernel launches whatever it computes, and an efficiency fitted to the little that varies
 (0.059 of peak FLOP/s on an H200) means nothing; the fit leaves it out and says why
@@ -228,7 +228,7 @@ def fit_engine_constants(points: Sequence[TimingPoint], shape: ModelShape, hw: H
         elif overhead > len(points) // 2:
             notes.append(f"{name} not fitted: {overhead} of {len(points)} points are mostly fixed time "
                          f"({fixed * 1e3:.3g} ms per forward: eager kernel launches, not bytes or FLOPs); "
-                         "time the reference engine or a CUDA-graph forward instead")
+                         "the fixed time describes this engine, and a CUDA-graph forward would measure the GPU")
     quality = FitQuality(points=len(points), median_rel_error=float(np.median(rel)),
                          max_rel_error=float(rel.max()), memory_bound_points=mem_bound,
                          compute_bound_points=comp_bound, overhead_bound_points=overhead, notes=notes)
