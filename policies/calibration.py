@@ -2,7 +2,7 @@
 
 The roofline (:mod:`policies.roofline`) prices one forward as
 ``max(bytes / (BW · bw_efficiency), FLOPs / (P · flops_efficiency)) + fixed_s``, with efficiencies
-that are assumptions until measured. ``scripts/gpu_calibrate.py`` times forwards on a GPU at many
+that are assumptions until measured. ``specpick calibrate`` times forwards on a GPU at many
 (batch, tokens per sequence, context length) points, :func:`fit_engine_constants` fits the
 constants to them, and :func:`load_calibration` turns the file it writes into the ``calibration``
 overrides that :func:`policies.roofline.resolve_engine` accepts. Nothing needs a calibration file:
@@ -103,7 +103,7 @@ class Constants(_Strict):
     flops_efficiency: float | None = Field(default=None, gt=0, le=EFFICIENCY_RANGE[1])
     fixed_s: float = Field(ge=0)
     launch_s_per_layer: float = Field(default=0.0, ge=0)
-    # The reference loop's own costs (``gpu_calibrate.py --forward reference``), None when not measured.
+    # The reference loop's own costs (``specpick calibrate --forward reference``), None when not measured.
     draft_fixed_s: float | None = Field(default=None, ge=0)
     lookup_s_per_seq: float | None = Field(default=None, ge=0)
     host_s_per_seq: float | None = Field(default=None, ge=0)
@@ -132,7 +132,7 @@ class FitQuality(_Strict):
 
 
 class CalibrationFile(_Strict):
-    """What ``scripts/gpu_calibrate.py`` writes: the constants plus everything needed to refit them."""
+    """What ``specpick calibrate`` writes: the constants plus everything needed to refit them."""
 
     schema_version: Literal[1] = SCHEMA_VERSION
     engine: str  # the roofline engine profile these override ("hf" for the torch backend)
@@ -308,7 +308,7 @@ def calibration_for(path: str | os.PathLike[str], engine: str, hardware: str | N
     """The part of the calibration file at ``path`` that applies to ``engine`` on ``hardware``.
 
     Measured on the same engine, every fitted constant applies. Measured on another engine (every
-    file ``scripts/gpu_calibrate.py`` writes is eager PyTorch, ``hf``), only the accelerator's
+    file ``specpick calibrate`` writes is eager PyTorch, ``hf``), only the accelerator's
     efficiencies (:data:`HARDWARE_CONSTANTS`) do, and the label says so: the engine keeps its own
     fixed and launch costs. Another accelerator is refused (one ``UserError`` naming the file and
     field): an efficiency is a fraction of one GPU's peaks, and no rule moves it to another.

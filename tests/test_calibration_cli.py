@@ -3,7 +3,7 @@ replace the engine curve's (``policies.calibration_for``), the output says so, a
 ``error:`` line naming it, exit code 2.
 
 The files are the ones tests/test_calibration.py fits to synthetic forwards on an H100 (the format
-``scripts/gpu_calibrate.py`` writes: engine ``hf``).
+``specpick calibrate`` writes: engine ``hf``).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
     $ specpick estimate --strategy repeat-last --alpha 0.5 --model-params 8e9 --hardware h100-sxm --format json
     $ specpick estimate --strategy eagle3 --alpha 0.7 --model-params 8e9 --hardware h200 --calibration cal.json
 
-``--calibration`` takes a file from ``scripts/gpu_calibrate.py``: its constants replace the engine
+``--calibration`` takes a file from ``specpick calibrate``: its constants replace the engine
 curve's (``policies.calibration_for``: all of them when measured on ``--engine``, the accelerator's
 efficiencies only otherwise; another accelerator is refused), and the output says so.
 
@@ -52,7 +52,7 @@ def estimate(
         help="Sampling temperature; > 0 adds what sampling costs on the host (an eager loop's calibrated "
              "sampling_* constants; zero on every shipped curve).", min=0.0, max=2.0)] = 0.0,
     calibration: Annotated[Path | None, typer.Option(
-        help="Load-curve calibration JSON from a GPU run (scripts/gpu_calibrate.py).")] = None,
+        help="Load-curve calibration JSON from a GPU run (specpick calibrate).")] = None,
     fmt: Annotated[Fmt, typer.Option("--format", help="md (a table) or json.")] = Fmt.md,
 ) -> None:
     """Predict the speedup of one configuration with the cost model."""
