@@ -214,8 +214,9 @@ def fit_engine_constants(points: Sequence[TimingPoint], shape: ModelShape, hw: H
     mem, comp, meas = terms[:, 0], terms[:, 1], terms[:, 2]
     # A term is measured by the points whose time it sets: the larger of the two, and more than half
     # of the point (where the fixed time is most of every point, an efficiency fits noise).
-    mem_bound = int(np.sum((a * mem >= b * comp) & (a * mem > DOMINANT * meas)))
-    comp_bound = int(np.sum((b * comp > a * mem) & (b * comp > DOMINANT * meas)))
+    larger = {"bw_efficiency": a * mem >= b * comp, "flops_efficiency": b * comp > a * mem}
+    mem_bound = int(np.sum(larger["bw_efficiency"] & (a * mem > DOMINANT * meas)))
+    comp_bound = int(np.sum(larger["flops_efficiency"] & (b * comp > DOMINANT * meas)))
     overhead = int(np.sum(fixed > DOMINANT * meas))
     rel = np.abs(np.maximum(a * mem, b * comp) + fixed - meas) / meas
     constants = {"fixed_s": fixed, "launch_s_per_layer": 0.0}
@@ -225,7 +226,7 @@ def fit_engine_constants(points: Sequence[TimingPoint], shape: ModelShape, hw: H
     for name, bound, inverse in (("bw_efficiency", mem_bound, a), ("flops_efficiency", comp_bound, b)):
         if bound >= MIN_POINTS_PER_TERM and not _at_edge(1.0 / inverse):
             constants[name] = 1.0 / inverse
-        elif overhead > len(points) // 2:
+        elif int(np.sum(larger[name])) >= MIN_POINTS_PER_TERM and overhead > len(points) // 2:
             notes.append(f"{name} not fitted: {overhead} of {len(points)} points are mostly fixed time "
                          f"({fixed * 1e3:.3g} ms per forward: eager kernel launches, not bytes or FLOPs); "
                          "the fixed time describes this engine, and a CUDA-graph forward would measure the GPU")

@@ -29,18 +29,13 @@ from typing import Annotated
 import typer
 
 from picker.cli.common import user_errors, write_output
+from picker.cli.generate import Dtype
 from picker.errors import UserError
 
 
 class Forward(str, Enum):
     hf = "hf"
     reference = "reference"
-
-
-class CalDtype(str, Enum):
-    float32 = "float32"
-    bfloat16 = "bfloat16"
-    float16 = "float16"
 
 
 def _ints(text: str, field: str, problems: list[str]) -> tuple[int, ...]:
@@ -76,7 +71,7 @@ def calibrate(
     shape: Annotated[str, typer.Option(help="Published shape of the random-weight model (without --model).")] =
     "llama-3.2-1b",
     device: Annotated[str, typer.Option(help="cuda, cuda:1, ... or cpu.")] = "cuda",
-    dtype: Annotated[CalDtype | None, typer.Option(help="Default: bfloat16 on CUDA, float32 on CPU.")] = None,
+    dtype: Annotated[Dtype | None, typer.Option(help="Default: bfloat16 on CUDA, float32 on CPU.")] = None,
     hardware: Annotated[str | None, typer.Option(help="Hardware catalog name; guessed from the GPU's name.")] = None,
     batches: Annotated[str, typer.Option(help="Comma list of batch sizes.")] = "1,2,4,8,16,32,64,128",
     tokens: Annotated[str, typer.Option(help="Comma list of new tokens per sequence.")] = "1,2,4,8,16",
