@@ -58,7 +58,8 @@ def single(zoo: tuple[Path, dict[str, Path]]) -> TorchBackend:
 
 
 @pytest.fixture(scope="module")
-def plain(zoo: tuple[Path, dict[str, Path]], prompts: list[tuple[str, list[int]]]) -> tuple[TorchBackend, list[list[int]]]:
+def plain(zoo: tuple[Path, dict[str, Path]],
+          prompts: list[tuple[str, list[int]]]) -> tuple[TorchBackend, list[list[int]]]:
     """The device's plain greedy decoding of every prompt at the test's concurrency."""
     target = TorchBackend.from_pretrained(zoo[0], device=DEVICE, rows=CONCURRENCY)
     assert target.device.type == torch.device(DEVICE).type

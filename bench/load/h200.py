@@ -54,7 +54,8 @@ def _constants(values: Mapping[str, float]) -> str:
     return ", ".join(f"{k}={v:.4g}" for k, v in values.items())
 
 
-def report(timings: Sequence[ShapeTimings], base: EngineCurve, fitted: Mapping[str, float], hw_name: str = "h200") -> str:
+def report(timings: Sequence[ShapeTimings], base: EngineCurve, fitted: Mapping[str, float],
+           hw_name: str = "h200") -> str:
     """Markdown: the folds, the all-shapes fit, the issue's examples and the draft ratio."""
     hw = get_hardware(hw_name)
     lines = ["## Leave one shape out (fit on the other shape, predict this one's t(B, k) / t(B, 1))", ""]

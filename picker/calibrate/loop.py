@@ -172,7 +172,8 @@ def drafter_builders(opts: CalibrateOptions, draft: PreTrainedModel | None, k: i
 
     def vanilla(target: Any) -> Built:
         backend = TorchBackend(draft, rows=1)  # type: ignore[arg-type]  # the drafter lends itself a row per sequence
-        d, caps, max_draft = plugin_drafter("vanilla", opts.draft, target, draft_backend=backend)  # type: ignore[arg-type]
+        d, caps, max_draft = plugin_drafter(
+            "vanilla", opts.draft, target, draft_backend=backend)  # type: ignore[arg-type]
         return d, caps, max_draft, [(backend, "run", lambda a: len(a[0].rows))]
 
     def eagle3(target: Any) -> Built:
