@@ -28,9 +28,9 @@ from typing import Annotated
 
 import typer
 
-from picker.cli.common import user_errors, write_output
+from picker.cli.common import check_outputs, user_errors, write_output
 from picker.cli.generate import Dtype
-from picker.errors import UserError
+from picker.errors import UserError, UserErrors
 
 
 class Forward(str, Enum):
@@ -38,14 +38,14 @@ class Forward(str, Enum):
     reference = "reference"
 
 
-def _ints(text: str, field: str, problems: list[str]) -> tuple[int, ...]:
+def _ints(text: str, field: str, problems: list[UserError]) -> tuple[int, ...]:
     """A comma list of positive integers; a bad one adds its problem to ``problems``."""
     try:
         values = tuple(int(x) for x in text.split(",") if x.strip())
     except ValueError:
         values = ()
     if not values or min(values) < 1:
-        problems.append(f"{field}: a comma list of positive integers, got {text!r}")
+        problems.append(UserError(f"a comma list of positive integers, got {text!r}", field=field))
     return values
 
 
@@ -99,13 +99,12 @@ def calibrate(
     from picker.calibrate.options import CalibrateOptions
     from picker.calibrate.run import calibrate as run_calibration
 
-    problems: list[str] = []
+    check_outputs(out=out)  # any name: the file is always JSON
+    problems: list[UserError] = []
     grid = (_ints(batches, "--batches", problems), _ints(tokens, "--tokens", problems),
             _ints(contexts, "--contexts", problems))
     if problems:
-        raise UserError("; ".join(problems))
-    if out.resolve().is_dir() or not out.resolve().parent.is_dir():
-        raise UserError("give a file path in an existing directory", file=str(out), field="--out")
+        raise problems[0] if len(problems) == 1 else UserErrors(problems)
     folder, found = None, {}
     if model is not None:
         from picker.zoo.resolve import resolve_target
