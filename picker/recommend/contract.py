@@ -126,7 +126,7 @@ class Evidence(_Model):
         "how the measurements relate to the deployment (picker.inputs.provenance); null without measurements"))
     measured_on: str | None = Field(None, description="the measured model, when it is not the profile's")
     calibration: str | None = Field(None, description=(
-        "the calibration file (scripts/gpu_calibrate.py) the load curve's constants came from; null: none"))
+        "the calibration file (specpick calibrate) the load curve's constants came from; null: none"))
 
 
 # What every predicted speedup in a Recommendation averages over, stated once and carried in the
