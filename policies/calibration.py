@@ -2,7 +2,7 @@
 
 The roofline (:mod:`policies.roofline`) prices one forward as
 ``max(bytes / (BW · bw_efficiency), FLOPs / (P · flops_efficiency)) + fixed_s``, with efficiencies
-that are assumptions until measured. ``scripts/gpu_calibrate.py`` times forwards on a GPU at many
+that are assumptions until measured. ``specpick calibrate`` times forwards on a GPU at many
 (batch, tokens per sequence, context length) points, :func:`fit_engine_constants` fits the
 constants to them, and :func:`load_calibration` turns the file it writes into the ``calibration``
 overrides that :func:`policies.roofline.resolve_engine` accepts. Nothing needs a calibration file:
@@ -22,9 +22,14 @@ without one the roofline keeps its assumed constants.
 
 Model fitted: the roofline's own formula with the launch term folded into ``fixed_s`` (launches
 overlap the GPU, so on their own they are not separable from a fixed cost); the written constants
-therefore set ``launch_s_per_layer`` to 0 so that the roofline reproduces the fitted curve. An
-efficiency is only written when enough points are bound by its term (otherwise the data say
-nothing about it, and the engine's assumed value stays).
+therefore set ``launch_s_per_layer`` to 0 so that the roofline reproduces the fitted curve (and,
+applied to the load curve of the engine it was measured on, :func:`calibration_for` sets the curve's
+per-layer latencies to 0: the fitted fixed time holds them for the model timed). An efficiency is
+only written when enough points have their time set by its term, more than half of each (otherwise
+the data say nothing about it, and the engine's assumed value stays). Eager PyTorch on a GPU is the case in point: every forward of an 8B model takes
+~16 ms of kernel launches whatever it computes, and an efficiency fitted to the little that varies
+(0.059 of peak FLOP/s on an H200) means nothing; the fit leaves it out and says why
+(``FitQuality.notes``).
 """
 
 from __future__ import annotations
@@ -47,7 +52,8 @@ SCHEMA_VERSION = 1
 EFFICIENCY_RANGE = (1e-3, 1.5)
 GRID = 121  # points per axis per round
 ROUNDS = 3  # each round zooms to 4 steps of the last grid: final step ~1e-4 in log efficiency
-MIN_POINTS_PER_TERM = 2  # points a term must bound before its efficiency counts as measured
+MIN_POINTS_PER_TERM = 2  # points a term must set before its efficiency counts as measured
+DOMINANT = 0.5  # a term sets a point's time when it is more than this share of it
 
 
 class _Strict(BaseModel):
@@ -97,7 +103,7 @@ class Constants(_Strict):
     flops_efficiency: float | None = Field(default=None, gt=0, le=EFFICIENCY_RANGE[1])
     fixed_s: float = Field(ge=0)
     launch_s_per_layer: float = Field(default=0.0, ge=0)
-    # The reference loop's own costs (``gpu_calibrate.py --forward reference``), None when not measured.
+    # The reference loop's own costs (``specpick calibrate --forward reference``), None when not measured.
     draft_fixed_s: float | None = Field(default=None, ge=0)
     lookup_s_per_seq: float | None = Field(default=None, ge=0)
     host_s_per_seq: float | None = Field(default=None, ge=0)
@@ -113,17 +119,20 @@ class Constants(_Strict):
 
 
 class FitQuality(_Strict):
-    """How well the fitted roofline matches the points, and how many each term bounds."""
+    """How well the fitted roofline matches the points, and how many points each term sets (more
+    than half of the point's time; ``overhead_bound_points``: the fixed time does)."""
 
     points: int = Field(ge=1)
     median_rel_error: float = Field(ge=0)
     max_rel_error: float = Field(ge=0)
     memory_bound_points: int = Field(ge=0)
     compute_bound_points: int = Field(ge=0)
+    overhead_bound_points: int = Field(default=0, ge=0)
+    notes: list[str] = Field(default_factory=list)  # why an efficiency was not written
 
 
 class CalibrationFile(_Strict):
-    """What ``scripts/gpu_calibrate.py`` writes: the constants plus everything needed to refit them."""
+    """What ``specpick calibrate`` writes: the constants plus everything needed to refit them."""
 
     schema_version: Literal[1] = SCHEMA_VERSION
     engine: str  # the roofline engine profile these override ("hf" for the torch backend)
@@ -203,19 +212,27 @@ def fit_engine_constants(points: Sequence[TimingPoint], shape: ModelShape, hw: H
         half = 2.0 * (grid_b[1] - grid_b[0])
         grid_b = np.linspace(max(lo, math.log(b) - half), min(hi, math.log(b) + half), GRID)
     mem, comp, meas = terms[:, 0], terms[:, 1], terms[:, 2]
-    mem_bound = int(np.sum(a * mem >= b * comp))
-    comp_bound = len(points) - mem_bound
+    # A term is measured by the points whose time it sets: the larger of the two, and more than half
+    # of the point (where the fixed time is most of every point, an efficiency fits noise).
+    larger = {"bw_efficiency": a * mem >= b * comp, "flops_efficiency": b * comp > a * mem}
+    mem_bound = int(np.sum(larger["bw_efficiency"] & (a * mem > DOMINANT * meas)))
+    comp_bound = int(np.sum(larger["flops_efficiency"] & (b * comp > DOMINANT * meas)))
+    overhead = int(np.sum(fixed > DOMINANT * meas))
     rel = np.abs(np.maximum(a * mem, b * comp) + fixed - meas) / meas
     constants = {"fixed_s": fixed, "launch_s_per_layer": 0.0}
-    # An efficiency is measured when its term bounds enough points and the fit did not stop at the
+    notes = []
+    # An efficiency is measured when its term sets enough points and the fit did not stop at the
     # edge of the searched range (then the data lie outside what the roofline can express).
-    if mem_bound >= MIN_POINTS_PER_TERM and not _at_edge(1.0 / a):
-        constants["bw_efficiency"] = 1.0 / a
-    if comp_bound >= MIN_POINTS_PER_TERM and not _at_edge(1.0 / b):
-        constants["flops_efficiency"] = 1.0 / b
+    for name, bound, inverse in (("bw_efficiency", mem_bound, a), ("flops_efficiency", comp_bound, b)):
+        if bound >= MIN_POINTS_PER_TERM and not _at_edge(1.0 / inverse):
+            constants[name] = 1.0 / inverse
+        elif int(np.sum(larger[name])) >= MIN_POINTS_PER_TERM and overhead > len(points) // 2:
+            notes.append(f"{name} not fitted: {overhead} of {len(points)} points are mostly fixed time "
+                         f"({fixed * 1e3:.3g} ms per forward: eager kernel launches, not bytes or FLOPs); "
+                         "the fixed time describes this engine, and a CUDA-graph forward would measure the GPU")
     quality = FitQuality(points=len(points), median_rel_error=float(np.median(rel)),
                          max_rel_error=float(rel.max()), memory_bound_points=mem_bound,
-                         compute_bound_points=comp_bound)
+                         compute_bound_points=comp_bound, overhead_bound_points=overhead, notes=notes)
     return Fit(constants=constants, quality=quality)
 
 
@@ -263,6 +280,9 @@ def load_calibration(path: str | os.PathLike[str], engine: str | None = None) ->
 # launch times are the engine's own (CUDA graphs, scheduler, sampler), so they transfer only from
 # a run of the same engine.
 HARDWARE_CONSTANTS = ("bw_efficiency", "flops_efficiency")
+# The load curve's per-layer latencies, which the roofline fit has no term for: its fixed time holds
+# them for the model it timed, so on that engine they are 0 (the curve then reproduces the fit).
+SAME_ENGINE_ZEROS = {"layer_latency_s": 0.0, "verify_layer_s": 0.0}
 
 
 @dataclass(frozen=True)
@@ -289,7 +309,7 @@ def calibration_for(path: str | os.PathLike[str], engine: str, hardware: str | N
     """The part of the calibration file at ``path`` that applies to ``engine`` on ``hardware``.
 
     Measured on the same engine, every fitted constant applies. Measured on another engine (every
-    file ``scripts/gpu_calibrate.py`` writes is eager PyTorch, ``hf``), only the accelerator's
+    file ``specpick calibrate`` writes is eager PyTorch, ``hf``), only the accelerator's
     efficiencies (:data:`HARDWARE_CONSTANTS`) do, and the label says so: the engine keeps its own
     fixed and launch costs. Another accelerator is refused (one ``UserError`` naming the file and
     field): an efficiency is a fraction of one GPU's peaks, and no rule moves it to another.
@@ -308,6 +328,7 @@ def calibration_for(path: str | os.PathLike[str], engine: str, hardware: str | N
     overrides = cal.overrides()
     if cal.engine == engine:
         label = f"calibrated: {name} (measured on {engine}, {where})"
+        overrides.update(SAME_ENGINE_ZEROS)
     else:
         overrides = {k: v for k, v in overrides.items() if k in HARDWARE_CONSTANTS}
         label = (f"calibrated: {name} (measured on {cal.engine}, {where}; hardware efficiencies only, "

@@ -2,13 +2,16 @@
 
 The roofline (``policies.roofline``) takes max(memory, compute) with constant efficiencies, so a
 verify forward stays free until the ridge point and then jumps. Measured engines do not behave like
-that (``shared/data/forward_time_facts.md``): GEMM time bends upward well before the ridge (a knee
+that (``policies/data/forward_time_facts.md``): GEMM time bends upward well before the ridge (a knee
 between 128 and 256 tokens on H100, vLLM PR #49363), graph engines pad to the next captured size
 (a staircase), the speculative path costs more as concurrency grows (vLLM issue #49548), and a
-draft costs per request, not per token. This module models each of those parts:
+draft costs per request, not per token. Timed on one H200 under CUDA graphs
+(``policies/data/h200_forward/``), a forward also pays a latency per decoder layer beside its bytes,
+and a little more per layer once its sequences carry more than one new token (a verify forward).
+This module models each of those parts:
 
-    t = fixed + max(softmax_p(weight_stream, gemm) + softmax_p(kv_stream, attention) + activations,
-                    layers · per-layer floor) [+ allreduce latency under tensor parallelism]
+    t = fixed + softmax_p(weight_stream, gemm) + softmax_p(kv_stream, attention) + activations
+              + layers · (layer latency [+ verify latency when k > 1]) [+ allreduce latency under TP]
     (graph engines: GEMM tokens padded to the next captured size; beyond it, launches exposed)
 
 where ``softmax_p(a, b) = (a^p + b^p)^(1/p)`` is the smooth knee (p → ∞ is the roofline's max).
@@ -67,7 +70,8 @@ class EngineCurve:
     fixed_s: float  # per target forward: scheduling, sampling, host sync
     draft_fixed_s: float  # per draft forward
     launch_s_per_layer: float  # host time to issue one layer's kernels when not in a CUDA graph
-    layer_floor_s: float  # GPU time a decoder layer takes however little it reads (kernel latency)
+    layer_latency_s: float  # GPU time a decoder layer adds to its bytes and FLOPs (its kernels' latency)
+    verify_layer_s: float  # what a layer adds when its sequences carry more than one new token each
     lookup_s_per_seq: float  # host-side n-gram lookup per sequence per step
     tp_efficiency: float  # bandwidth / FLOP/s kept per device under tensor parallelism
     allreduce_s: float  # latency of one allreduce (two per decoder layer under TP)
@@ -177,6 +181,7 @@ class ForwardTime:
     overhead_seconds: float  # fixed + launch
     padded_tokens: int
     regime: Regime
+    layer_seconds: float = 0.0  # the layers' own latency (kernel latency, the verify path's extra)
 
     @property
     def bound(self) -> Literal["memory", "compute", "overhead"]:
@@ -235,22 +240,23 @@ def forward(
     attention_s = 4.0 * model.num_layers * model.hidden_size * tokens * (context_len + per_seq) / flops
     # Logits (fp32) and new KV entries are written once per token, never reused: pure streaming.
     act_s = tokens * (model.vocab_size * LOGIT_BYTES + model.kv_bytes_per_token) / bandwidth
+    # A layer's kernels each take some microseconds beside what they read, one after another, so a
+    # deep small draft (Llama-3.2-1B: 16 layers) costs more than its bytes say (H200: 0.28 of an 8B
+    # step, not its 0.15 of the bytes); a forward whose sequences carry several new tokens runs the
+    # multi-token attention and GEMM path, a little dearer per layer even at batch 1 (H200: +4-8%).
+    per_layer = curve.layer_latency_s + (curve.verify_layer_s if tokens > seqs else 0.0)
+    layer_s = model.num_layers * per_layer
     gpu_s = (softmax_p(weight_s, gemm_s, curve.knee_p) + softmax_p(kv_s, attention_s, curve.knee_p)
-             + act_s)
-    # A layer's kernels take some microseconds however little they read, so a deep small draft
-    # (Qwen3-0.6B: 28 layers) costs more than its bytes say; an 8B target's layers never notice.
-    floor_s = model.num_layers * curve.layer_floor_s
-    floored = floor_s > gpu_s
-    gpu_s = max(gpu_s, floor_s)
+             + act_s + layer_s)
     if num_devices > 1:
         gpu_s += 2.0 * model.num_layers * curve.allreduce_s  # two allreduces per decoder layer
     launch_s = 0.0 if graphed else model.num_layers * curve.launch_s_per_layer
     fixed_s = curve.fixed_s if role == "target" else curve.draft_fixed_s
     seconds = max(gpu_s, launch_s) + fixed_s  # launches are asynchronous: hidden unless longer
-    # A forward held up by the per-layer floor is latency-bound: counted as overhead for its regime.
-    overhead_s = launch_s + fixed_s + (floor_s if floored else 0.0)
+    # A forward whose layers' latency outweighs its bytes is latency-bound: overhead for its regime.
+    overhead_s = launch_s + fixed_s + layer_s
     regime = _regime(weight_s, gemm_s, kv_s + attention_s, overhead_s, seconds, graphed, curve)
-    return ForwardTime(seconds, weight_s, gemm_s, kv_s, fixed_s + launch_s, padded, regime)
+    return ForwardTime(seconds, weight_s, gemm_s, kv_s, fixed_s + launch_s, padded, regime, layer_s)
 
 
 def _regime(

@@ -53,7 +53,7 @@ def reference_logprobs(backend: TorchBackend, ids: Sequence[int], tokens: Sequen
     of the prompt and the tokens fed causally: the same backend, read back without the loop."""
     backend.reset()
     with torch.inference_mode():
-        logits = backend.forward([*ids, *tokens[:-1]], logits_from=len(ids) - 1).logits[0].double()
+        logits = backend.forward([*ids, *tokens[:-1]], logits_from=len(ids) - 1).logits[0].double().cpu()
     return torch.log_softmax(logits, dim=-1).numpy()
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from picker.engine.backend import TorchBackend
+from picker.engine.backend import TorchBackend, resolve_device
 from picker.engine.rollback import KVLedger
 from picker.engine.tree import TokenTree
 from picker.engine.verify import VerifyResult
+from picker.errors import UserError
 from tests.tiny import tiny_backend, tiny_llama
 
 torch.set_num_threads(1)
@@ -183,3 +184,15 @@ def test_per_row_tree_rollback_compacts_only_that_row() -> None:
         ref.prefill(list(kept))
         for (k, v), (rk, rv) in zip(be.cache_tensors(row, len(kept)), ref.cache_tensors()):
             assert torch.allclose(k, rk, atol=1e-5) and torch.allclose(v, rv, atol=1e-5), row
+
+
+def test_a_device_this_machine_cannot_load_onto_is_one_user_error() -> None:
+    assert resolve_device("cpu") == torch.device("cpu")
+    for spec, says in (("gpu0", "unknown device"), ("meta", "not supported"), ("cuda:99", "--device" if
+                       not torch.cuda.is_available() else "CUDA device(s)")):
+        with pytest.raises(UserError) as err:
+            resolve_device(spec)
+        assert err.value.field == "--device" and (says in err.value.message or says == "--device"), spec
+    if not torch.cuda.is_available():
+        with pytest.raises(UserError, match="no CUDA device here"):
+            resolve_device("cuda")

@@ -4,7 +4,6 @@ the CPU (a dry run on a tiny model)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
 from pathlib import Path
@@ -58,6 +57,21 @@ def test_an_efficiency_no_point_is_bound_by_is_left_out() -> None:
     assert "flops_efficiency" not in fit.constants
     assert fit.constants["bw_efficiency"] == pytest.approx(TRUTH["bw_efficiency"], rel=0.02)
     assert resolve_engine("hf", fit.constants).flops_efficiency == resolve_engine("hf").flops_efficiency
+
+
+def test_points_set_by_eager_launches_fit_no_efficiency_and_say_why() -> None:
+    """Eager PyTorch on an H200: ~16 ms of launches per 8B forward whatever it computes (the issue's
+    eager fit gave flops_efficiency 0.059). With the fixed time most of every point, neither
+    efficiency is fitted, and the file says so; the fixed time itself is."""
+    eager = {"bw_efficiency": 0.8, "flops_efficiency": 0.6, "fixed_s": 40e-3, "launch_s_per_layer": 0.0}
+    fit = fit_engine_constants(synthetic(eager, (1, 2, 4, 8, 16, 32), noise=0.02), SHAPE, H100)
+    assert "flops_efficiency" not in fit.constants and "bw_efficiency" not in fit.constants
+    assert fit.quality.overhead_bound_points == fit.quality.points
+    assert any(n.startswith("flops_efficiency not fitted") and "eager kernel launches" in n for n in fit.quality.notes)
+    assert fit.constants["fixed_s"] == pytest.approx(40e-3, rel=0.25)
+    # the same device without the launches: both fitted, nothing to say
+    graphs = fit_engine_constants(synthetic({**eager, "fixed_s": 2e-4}, (1, 8, 64, 256), noise=0.02), SHAPE, H100)
+    assert {"bw_efficiency", "flops_efficiency"} <= set(graphs.constants) and not graphs.quality.notes
 
 
 def test_too_few_points_is_an_error() -> None:
@@ -129,30 +143,59 @@ def _tiny_llama(folder: Path) -> None:
     LlamaForCausalLM(cfg).save_pretrained(folder)
 
 
-def _calibrate_script() -> Any:
-    """``scripts/gpu_calibrate.py`` loaded as a module (it is a script, not part of a package)."""
-    spec = importlib.util.spec_from_file_location("gpu_calibrate", ROOT / "scripts" / "gpu_calibrate.py")
-    assert spec and spec.loader
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    return script
+def _calibrate(*args: str) -> Any:
+    """``specpick calibrate ARGS`` in this process; the CliRunner result."""
+    from typer.testing import CliRunner
+
+    from picker.cli.main import app
+
+    return CliRunner().invoke(app, ["calibrate", *args])
 
 
 @pytest.mark.slow  # imports torch + transformers in a subprocess: ~10 s quiet, ~90 s under load
-def test_gpu_script_dry_run_on_cpu(tmp_path: Path) -> None:
-    """The script's whole path (model, timing loop, cache rewind, fit, file) on a tiny CPU model."""
+def test_calibrate_dry_run_on_cpu(tmp_path: Path) -> None:
+    """The command's whole path (model, timing loop, cache rewind, fit, file) on a tiny CPU model."""
     torch = pytest.importorskip("torch")
     torch.manual_seed(0)
     _tiny_llama(tmp_path / "model")
-    script = _calibrate_script()
     out = tmp_path / "cal.json"
-    assert script.main(["--model", str(tmp_path / "model"), "--device", "cpu", "--hardware", "cpu",
-                        "--batches", "1,2", "--tokens", "1,3", "--contexts", "8", "--repeats", "1",
-                        "--warmup", "0", "--out", str(out)]) == 0
+    result = _calibrate("--model", str(tmp_path / "model"), "--device", "cpu", "--hardware", "cpu", "--batches",
+                        "1,2", "--tokens", "1,3", "--contexts", "8", "--repeats", "1", "--warmup", "0",
+                        "--out", str(out))
+    assert result.exit_code == 0, result.output
     cal = read_calibration(out)
     assert len(cal.measurements) == 4 and cal.engine == "hf" and "fixed_s" in load_calibration(out)
-    assert script.guess_hardware("NVIDIA H100 80GB HBM3") == "h100-sxm"
-    assert script.guess_hardware("NVIDIA H200") == "h200"
+    assert "on cpu" in cal.method and json.loads(result.stdout)["constants"]["fixed_s"] == cal.constants.fixed_s
+
+
+def test_cuda_names_map_to_the_hardware_catalog() -> None:
+    from picker.calibrate.timing import guess_hardware
+
+    assert guess_hardware("NVIDIA H100 80GB HBM3") == "h100-sxm"
+    assert guess_hardware("NVIDIA H200") == "h200"
+    assert guess_hardware("Frobnicator 9000") is None
+
+
+def test_bad_calibrate_input_is_one_line_and_writes_nothing(tmp_path: Path) -> None:
+    """Bad lists (every problem at once), drafters without the reference loop, a device this
+    machine lacks: one ``error:`` line each, exit 2, no file."""
+    torch = pytest.importorskip("torch")
+    out = tmp_path / "cal.json"
+    bad = _calibrate("--device", "cpu", "--batches", "0,2", "--tokens", "x", "--out", str(out))
+    lines = bad.output.strip().splitlines()  # one line per problem, all at once
+    assert bad.exit_code == 2 and len(lines) == 2 and "--batches" in lines[0] and "--tokens" in lines[1]
+    drafter = _calibrate("--device", "cpu", "--shape", "llama-68m", "--eagle3", str(tmp_path), "--out", str(out))
+    assert drafter.exit_code == 2 and "no config.json" in drafter.output
+    _tiny_llama(tmp_path / "model")
+    loop_only = _calibrate("--device", "cpu", "--hardware", "cpu", "--model", str(tmp_path / "model"),
+                           "--draft", str(tmp_path / "model"), "--out", str(out))
+    assert loop_only.exit_code == 2 and "add --forward reference" in loop_only.output
+    device = _calibrate("--device", "tpu", "--out", str(out))
+    assert device.exit_code == 2 and "--device" in device.output
+    if not torch.cuda.is_available():
+        cuda = _calibrate("--out", str(out))  # the default device is cuda
+        assert cuda.exit_code == 2 and "no CUDA device here" in cuda.output
+    assert not out.exists()
 
 
 def test_reference_loop_constants_are_measured_from_serve(tmp_path: Path) -> None:
@@ -165,12 +208,12 @@ def test_reference_loop_constants_are_measured_from_serve(tmp_path: Path) -> Non
 
     _tiny_llama(tmp_path / "model")
     _tiny_llama(tmp_path / "draft")
-    script = _calibrate_script()
     out = tmp_path / "cal.json"
-    assert script.main(["--model", str(tmp_path / "model"), "--draft", str(tmp_path / "draft"), "--device", "cpu",
-                        "--hardware", "cpu", "--forward", "reference", "--batches", "1,2",
-                        "--tokens", "1,3", "--contexts", "8,16", "--repeats", "1", "--warmup", "0",
-                        "--loop-tokens", "4", "--out", str(out)]) == 0
+    result = _calibrate("--model", str(tmp_path / "model"), "--draft", str(tmp_path / "draft"), "--device", "cpu",
+                        "--hardware", "cpu", "--forward", "reference", "--batches", "1,2", "--tokens", "1,3",
+                        "--contexts", "8,16", "--repeats", "1", "--warmup", "0", "--loop-tokens", "4",
+                        "--out", str(out))
+    assert result.exit_code == 0, result.output
     cal = read_calibration(out)
     loop = ("host_s_per_seq", "spec_host_s_per_seq", "lookup_s_per_seq", "draft_fixed_s", "draft_host_s_per_seq",
             "sampling_host_s_per_seq", "sampling_spec_host_s_per_seq", "sampling_draft_host_s_per_seq")
@@ -189,15 +232,13 @@ def test_each_drafter_kind_gets_its_own_host_term_from_serve(tmp_path: Path) -> 
     and ``heads_host_s_per_seq`` (per sequence-step), with what sampling adds to each; both reach the
     hf curve and neither is carried to vLLM. Without ``--draft`` the draft model's term stays unmeasured."""
     pytest.importorskip("torch")
-    from picker.zoo.resolve import resolve_target
     from policies.loadcurve import engine_curve
 
-    target, artifacts, _ = resolve_target("zoo")
     out = tmp_path / "cal.json"
-    assert _calibrate_script().main([
-        "--model", str(target), "--eagle3", str(artifacts["eagle3_head"]), "--medusa", str(artifacts["medusa_heads"]),
-        "--device", "cpu", "--hardware", "cpu", "--forward", "reference", "--batches", "1,2", "--tokens", "1,3",
-        "--contexts", "16", "--repeats", "1", "--warmup", "0", "--loop-tokens", "6", "--out", str(out)]) == 0
+    result = _calibrate("--model", "zoo", "--eagle3", "zoo", "--medusa", "zoo", "--device", "cpu", "--hardware", "cpu",
+                        "--forward", "reference", "--batches", "1,2", "--tokens", "1,3", "--contexts", "16",
+                        "--repeats", "1", "--warmup", "0", "--loop-tokens", "6", "--out", str(out))
+    assert result.exit_code == 0, result.output
     cal = read_calibration(out)
     values = cal.overrides()
     terms = ("layer_host_s_per_seq", "heads_host_s_per_seq")

@@ -74,6 +74,8 @@ def test_sampling_is_seeded_and_text_format_prints_text(folders: tuple[Path, Pat
         (("--strategy", "vanilla"), "--draft"),  # no zoo draft beside a user's own target
         (("--model", "/nonexistent"), "--model"),
         (("--top-p", "0"), "--top-p"),
+        (("--device", "tpu"), "--device"),
+        (("--device", "cuda:99"), "--device"),  # no such device here (or no CUDA at all)
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(folders: tuple[Path, Path], args: tuple[str, ...], needle: str) -> None:

@@ -1,4 +1,4 @@
-"""Published throughput-vs-batch curves (``shared/data/published_batch.csv``) as typed points.
+"""Published throughput-vs-batch curves (``published_batch.csv`` beside this file) as typed points.
 
 Each CSV row becomes a :class:`Point` in a curve (one figure's line: source, model, method,
 hardware, dataset). What the CSV leaves open — hardware variant, draft sizes, EAGLE-1's tree, the
@@ -20,7 +20,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-# A verbatim copy of the project's shared/data/published_batch.csv (each row cites its source).
+# The project's collected published rows, kept as they are (each row cites its source; the facts beside
+# them are in policies/data/forward_time_facts.md).
 CSV_PATH = Path(__file__).with_name("published_batch.csv")
 
 # (pattern in the source column, source key for leave-one-source-out)

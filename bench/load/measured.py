@@ -10,7 +10,7 @@ measurement, at the curve's smallest concurrency; every other level is a predict
 S(C) = E[L] · t_plain(C) / t_step(C) (``policies.loadcurve.load_step_cost``), with the curve's
 smallest-level cell's share of drafting steps and nodes per drafting step (:func:`drafting`), on the engine curve
 of ``--engine`` (default ``hf``: eager PyTorch, what the reference engine runs) with the
-calibration file's constants (``scripts/gpu_calibrate.py --device cpu --model TARGET``: forward
+calibration file's constants (``specpick calibrate --device cpu --model TARGET``: forward
 timings of the target alone, no speculative run) and the shape it records. A draft model's shape
 is counted from ``--draft``'s config (its parameters, not a lookup).
 

@@ -28,7 +28,7 @@ runs when speculation is turned on).
 
 Without ``--calibration`` the steps the measurements do not cover are priced on the zoo profile's
 engine label's curve (``tensorrt_llm``, shipped GPU constants: see ``bench.regret.data``). With a
-calibration of the reference loop itself (``scripts/gpu_calibrate.py --device cpu``, engine ``hf``)
+calibration of the reference loop itself (``specpick calibrate --device cpu``, engine ``hf``)
 they are priced on that engine's curve with every constant of the file, sampling's host terms at
 T > 0 included: the curve ``bench.load.measured`` checks against the reference engine's measured
 load curves.
@@ -159,7 +159,7 @@ def main() -> int:
                     help="the learned correction, applied where its domain covers the workload")
     ap.add_argument("--analytic", action="store_true", help="no learned correction: the analytic model alone")
     ap.add_argument("--calibration", type=Path, default=None,
-                    help="a calibration of the reference loop (gpu_calibrate.py --device cpu): its engine's curve "
+                    help="a calibration of the reference loop (specpick calibrate --device cpu): its engine's curve "
                          "and every constant price what the measurements do not")
     a = ap.parse_args()
     summary = json.loads((a.sweep / "summary.json").read_text(encoding="utf-8"))

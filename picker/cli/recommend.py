@@ -2,7 +2,7 @@
 
     $ specpick recommend profiles/chat-70b-h100.yaml --format json
     $ specpick recommend PROFILE --measurements runs/zoo/summary.json --explain --plot explain.png
-    $ specpick recommend PROFILE --calibration cal.json      # load-curve constants from scripts/gpu_calibrate.py
+    $ specpick recommend PROFILE --calibration cal.json      # load-curve constants from specpick calibrate
 
 A measurements file with cells at several concurrency levels (``specpick profile --concurrency
 1,2,4``) prices the measured configurations' steps inside the measured range from the measured
@@ -31,7 +31,7 @@ def recommend(
     plot: Annotated[Path | None, typer.Option(help="Write a PNG of predicted speedup vs N and vs batch size.")] = None,
     allow_other_model: Annotated[bool, typer.Option(help="Use measurements of another model (labelled so).")] = False,
     calibration: Annotated[Path | None, typer.Option(
-        help="Load-curve calibration JSON from a GPU run (scripts/gpu_calibrate.py).")] = None,
+        help="Load-curve calibration JSON from a GPU run (specpick calibrate).")] = None,
 ) -> None:
     """Recommend a speculative-decoding setting for a workload, with engine configs and a rollout."""
     check_outputs(out=out, fmt=fmt, plot=plot)  # a bad --out / --plot is refused before any work

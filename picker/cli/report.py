@@ -37,7 +37,7 @@ def report(
     measurements: Annotated[Path | None, typer.Option(help="Profiler summary.json with measured acceptance.")] = None,
     policy: Annotated[Path | None, typer.Option(help="Fitted policy artifact (JSON) for the learned correction.")] = None,
     calibration: Annotated[Path | None, typer.Option(
-        help="Roofline calibration JSON from a GPU run (scripts/gpu_calibrate.py).")] = None,
+        help="Roofline calibration JSON from a GPU run (specpick calibrate).")] = None,
     allow_other_model: Annotated[bool, typer.Option(help="Use measurements of another model (labelled so).")] = False,
 ) -> None:
     """Write the recommendation as one self-contained HTML page: decision, plots, configs, evidence."""

@@ -74,6 +74,7 @@ def sweep(
                                                min=1, max=200)] = 15,
     resume: Annotated[bool, typer.Option(help="Continue the sweep in OUT.")] = False,
     threads: Annotated[int, typer.Option(help="CPU threads (1 times best on shared CPUs).", min=0)] = 1,
+    device: Annotated[str, typer.Option(help="cpu, cuda, cuda:1, ... (where the models load).")] = "cpu",
     seed: Annotated[int, typer.Option()] = 0,
     quiet: Annotated[bool, typer.Option(help="No progress output.")] = False,
 ) -> None:
@@ -103,7 +104,7 @@ def sweep(
     by_task = _prompts("builtin", task_list, prompts_per_task, "", seed)
     # Said once the run is done, so that a run failing on bad input still ends in one error line.
     unfilled = unfilled_levels(levels, by_task)
-    source = SweepSource(target, found, threads=threads, grid=grid)
+    source = SweepSource(target, found, device=device, threads=threads, grid=grid)
     config = ProfileConfig(
         out=out, tasks=list(by_task), temperatures=temps, strategies=runnable, num_draft_tokens=[1],
         max_new_tokens=max_new_tokens, limit_per_task=prompts_per_task,

@@ -50,10 +50,11 @@ from transformers import AutoModelForCausalLM, PreTrainedModel
 from transformers.cache_utils import Cache
 
 from picker.engine.rollback import BatchEdit, BatchForward, CacheEdit, Forward, plan_forward
+from picker.errors import UserError
 from picker.engine.slab import SlabLayer
 from picker.engine.tree import TokenTree
 
-__all__ = ["ForwardOutput", "TorchBackend", "resolve_dtype"]
+__all__ = ["ForwardOutput", "TorchBackend", "resolve_device", "resolve_dtype"]
 _NO_DRAFTS = TokenTree((), ())
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -67,6 +68,24 @@ def resolve_dtype(name: str | torch.dtype) -> torch.dtype:
     if name not in _DTYPES:
         raise ValueError(f"unknown dtype {name!r}; choose one of {', '.join(_DTYPES)}")
     return _DTYPES[name]
+
+
+def resolve_device(spec: str | torch.device) -> torch.device:
+    """``"cpu" | "cuda" | "cuda:N"`` as a device the models can load onto here, or one UserError."""
+    try:
+        device = torch.device(spec)
+    except (RuntimeError, ValueError):
+        raise UserError(f"unknown device {spec!r}; use cpu, cuda or cuda:N", field="--device") from None
+    if device.type == "cpu":
+        return device
+    if device.type != "cuda":
+        raise UserError(f"device type {device.type!r} is not supported; use cpu, cuda or cuda:N", field="--device")
+    if not torch.cuda.is_available():
+        raise UserError("no CUDA device here (torch.cuda.is_available() is False); use --device cpu",
+                        field="--device")
+    if device.index is not None and device.index >= torch.cuda.device_count():
+        raise UserError(f"{spec}: this machine has {torch.cuda.device_count()} CUDA device(s)", field="--device")
+    return device
 
 
 @dataclass(frozen=True)
@@ -133,11 +152,12 @@ class TorchBackend:
         rows: int = 1,
     ) -> TorchBackend:
         """Load a local Hugging Face folder (``config.json`` + safetensors) onto ``device``."""
+        where = resolve_device(device)  # before the weights load: a bad device costs nothing
         model = AutoModelForCausalLM.from_pretrained(
             str(path), dtype=resolve_dtype(dtype), attn_implementation=attn_implementation,
             local_files_only=True,
         )
-        return cls(model.to(device), hidden_layers=hidden_layers, rows=rows)
+        return cls(model.to(where), hidden_layers=hidden_layers, rows=rows)
 
     def with_rows(self, rows: int) -> TorchBackend:
         """A backend over the same model (weights shared) whose cache holds ``rows`` sequences."""
@@ -241,6 +261,8 @@ class TorchBackend:
             position_ids=torch.from_numpy(pos).to(self.device), cache=self.cache, use_cache=True,
             logits_to_keep=width - first, output_hidden_states=hidden,
         )
+        if self.device.type == "cuda":  # kernels run asynchronously: time the forward, not its launch
+            torch.cuda.synchronize(self.device)
         self.forward_seconds += time.perf_counter() - t0
         self.forward_calls += 1
         states = self._hidden(out.hidden_states, layers) if hidden else None

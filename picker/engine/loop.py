@@ -217,7 +217,7 @@ def serve(
         # 2. ONE target forward: every row's pending token(s), then its draft with tree attention.
         plan = ledger.forward({row: d.tree for row, d in drafts.items()})
         fwd = target.run(plan, hidden=want_hidden, layers=speculator.hidden_layers if want_hidden else None)
-        logits = fwd.logits.float().numpy()  # per row: q at the root, then after each node
+        logits = fwd.logits.float().cpu().numpy()  # to the host: per row, q at the root then after each node
         q = {row: logits[i, f.q_rows.start - fwd.first: f.q_rows.stop - fwd.first]
              for i, (row, f) in enumerate(zip(plan.rows, plan.plans))}
         # 3. Verify each: accept a prefix (chain) or a path (tree), plus one correction/bonus token.

@@ -133,7 +133,7 @@ class Evidence(_Model):
         "how the measurements relate to the deployment (picker.inputs.provenance); null without measurements"))
     measured_on: str | None = Field(None, description="the measured model, when it is not the profile's")
     calibration: str | None = Field(None, description=(
-        "the calibration file (scripts/gpu_calibrate.py) the load curve's constants came from; null: none"))
+        "the calibration file (specpick calibrate) the load curve's constants came from; null: none"))
     cost_source: Literal["measured", "calibrated", "modelled"] = Field("modelled", description=(
         "where step costs come from (picker.recommend.costs): 'measured' = the measurements' own (their "
         "gain against concurrency, per-step timings), the load curve where they say nothing; 'calibrated' "

@@ -92,7 +92,7 @@ class Eagle3Drafter:
     def last_scores(self) -> np.ndarray | None:
         """Profiling hook (``picker.engine.siblings.SiblingProbe``): for a top-1 chain, the logits
         that ranked each node's token; None for trees and sampled chains."""
-        return np.stack([r.float().numpy() for r in self._ranked]) if self._ranked else None
+        return np.stack([r.float().cpu().numpy() for r in self._ranked]) if self._ranked else None
 
     def observe(self, outcome: StepOutcome) -> None:
         """Append the accepted positions' target features as soon as the loop reports them."""
@@ -122,11 +122,12 @@ class Eagle3Drafter:
                            "ask the backend for the drafter's hidden_layers")
         fused = torch.cat([torch.as_tensor(hidden[i][start - first:]) for i in layers], dim=-1)
         fused = fused.to(self.target.lm_head.dtype)[None]
-        ids = torch.as_tensor(list(tokens[start + 1: last + 2]), dtype=torch.long)[None]
+        dev = self.target.lm_head.device
+        ids = torch.as_tensor(list(tokens[start + 1: last + 2]), dtype=torch.long, device=dev)[None]
         past_len = 0 if self.past is None else self.past[0].shape[2]
         g, (k, v) = self.head.step(
-            self.head.fuse(fused), self.target.embed(ids), torch.arange(start, last + 1),
-            causal_mask(last + 1 - start, past_len), self.past,
+            self.head.fuse(fused.to(dev)), self.target.embed(ids), torch.arange(start, last + 1, device=dev),
+            causal_mask(last + 1 - start, past_len).to(dev), self.past,
         )
         self.past = (k, v) if self.past is None else (torch.cat((self.past[0], k), 2),
                                                       torch.cat((self.past[1], v), 2))
@@ -170,7 +171,7 @@ class Eagle3Drafter:
         nodes = [-1] * len(rows)
         live = list(range(len(rows)))
         for depth in range(1, max(n for _, _, n in rows) + 1):
-            logits = self.target.logits(g)[:, -1].double().numpy()  # (B_live, V)
+            logits = self.target.logits(g)[:, -1].double().cpu().numpy()  # (B_live, V), to the host
             for j, r in enumerate(live):
                 s = rows[r][1].sampling
                 probs[r].append(warp(logits[j], s.temperature, s.top_k, s.top_p))
@@ -236,10 +237,12 @@ class Eagle3Drafter:
             mask = torch.zeros(len(ex), width + own.shape[1] - n, dtype=torch.bool)
             mask[:, :n], mask[:, width:] = own[:, :n], own[:, n:]
             masks.append(mask)
-        ids = torch.as_tensor([[tree.tokens[n] for n in ex] for tree, ex in zip(trees, expand)])
+        dev = feature.device  # ids, positions and masks are planned on the host, then moved beside it
+        ids = torch.as_tensor([[tree.tokens[n] for n in ex] for tree, ex in zip(trees, expand)], device=dev)
         # The expanded node at depth d - 1 sits at position base + d - 1 (as in training); base: the root's.
-        pos = torch.as_tensor([[d.next_pos - 1 + depth - 1] * len(ex) for d, ex in zip(drafters, expand)])
-        g, (k, v) = self.head.step(feature, self.target.embed(ids), pos, torch.stack(masks)[:, None],
+        pos = torch.as_tensor([[d.next_pos - 1 + depth - 1] * len(ex) for d, ex in zip(drafters, expand)],
+                              device=dev)
+        g, (k, v) = self.head.step(feature, self.target.embed(ids), pos, torch.stack(masks)[:, None].to(dev),
                                    (torch.cat(past_k), torch.cat(past_v)))
         for b, (tree, ex) in enumerate(zip(trees, expand)):
             tree.add_entries(ex, g[b: b + 1], (k[b: b + 1], v[b: b + 1]))
@@ -253,7 +256,7 @@ class Eagle3Drafter:
         if ranked is not None:
             for b, rows in enumerate(ranked):
                 rows.append(logits[b, 0])
-        top = torch.log_softmax(logits * inv_t.to(logits.dtype)[:, None, None], dim=-1).topk(self.topk, dim=-1)
+        top = torch.log_softmax(logits * inv_t.to(logits)[:, None, None], dim=-1).topk(self.topk, dim=-1)
         return list(zip(top.indices.tolist(), top.values.tolist()))
 
 
@@ -363,8 +366,8 @@ def make_drafter(
     if artifact is None or not Path(artifact, CONFIG_NAME).is_file():
         raise MissingArtifact(f"eagle3 needs a trained head folder, got {artifact}", field="--heads")
     model = _target_model(target_backend)
-    head = Eagle3Head.load(artifact)
     frozen = FrozenTarget.of(model)
+    head = Eagle3Head.load(artifact).to(frozen.lm_head.device, frozen.lm_head.dtype)  # beside the target, in its dtype
     if tuple(frozen.lm_head.shape) != (head.config.vocab_size, head.config.hidden_size):
         raise MissingArtifact(
             f"eagle3 head at {artifact} expects vocab x hidden {head.config.vocab_size} x "

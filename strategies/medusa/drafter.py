@@ -71,7 +71,7 @@ class MedusaDrafter:
     def last_scores(self) -> np.ndarray | None:
         """Profiling hook (``picker.engine.siblings.SiblingProbe``): per node of the last top-k draft,
         the logits of the head that ranked it; None after a sampled draft."""
-        return None if self._ranked is None else self._ranked.float().numpy()
+        return None if self._ranked is None else self._ranked.float().cpu().numpy()
 
     def _plan(self, n: int) -> tuple[tuple[tuple[int, ...], ...], int, int, TokenTree]:
         used = self.choices[:n]
@@ -109,7 +109,7 @@ class MedusaDrafter:
         """One sequence's tree from its heads' logits ``(depth, V)``: drawn, or each head's top-k."""
         used, _, width, shape = plan
         if self.sample_drafts and not ctx.sampling.greedy:
-            return sampled_tree(shape, logits.double().numpy(), ctx.sampling, ctx.rng)
+            return sampled_tree(shape, logits.double().cpu().numpy(), ctx.sampling, ctx.rng)
         candidates = logits.topk(width, dim=-1).indices.tolist()        # ranks per head
         # Kept for the profiler's ranking (a view, no copy): node c (a path of length d) was ranked by head d.
         self._ranked = logits[[len(c) - 1 for c in used]]
@@ -173,8 +173,8 @@ def make_drafter(
     if artifact is None or not Path(artifact, CONFIG_NAME).is_file():
         raise MissingArtifact(f"medusa needs a trained heads folder, got {artifact}", field="--heads")
     model = _target_model(target_backend)
-    heads = MedusaHeads.load(artifact)
     lm_head = model.get_output_embeddings().weight.detach()
+    heads = MedusaHeads.load(artifact).to(lm_head.device)  # beside the target (cpu or cuda)
     if tuple(lm_head.shape) != (heads.config.vocab_size, heads.config.hidden_size):
         raise MissingArtifact(
             f"medusa heads at {artifact} expect vocab x hidden "

@@ -113,7 +113,7 @@ class DraftModelDrafter:
                 if s.greedy:
                     d = int(logits[i].argmax())
                 else:  # warped exactly as the loop warps q: the verifier needs the same p
-                    p_i = warp(logits[i].float().numpy(), s.temperature, s.top_k, s.top_p)
+                    p_i = warp(logits[i].float().cpu().numpy(), s.temperature, s.top_k, s.top_p)
                     d = inverse_cdf(p_i, ctx.rng.random())
                     rows[i].append(p_i)
                 chains[i].append(d)
