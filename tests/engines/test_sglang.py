@@ -20,18 +20,18 @@ from typing import Any
 
 import pytest
 
+from picker.engine.deploy import check_sglang_tree
 from picker.engine.plugins import load_strategies
 from picker.inputs.workload import load_profile
 from picker.recommend.engine_configs import (
     ENGINE_VERSIONS,
     SGLANG_ADAPTIVE_FILE,
-    SGLANG_EAGLE_FAMILY,
     ScheduleEntry,
     build_engine_configs,
-    check_sglang_tree,
 )
 from picker.recommend.pipeline import recommend
 from policies.analytic import configs_for
+from tests.conformance.third_party import discoverable
 from tests.engines.support import ROOT, engine_python
 
 pytestmark = pytest.mark.engines
@@ -84,19 +84,23 @@ def _profile_cases() -> tuple[list[dict[str, Any]], list[tuple[str, dict[str, An
 
 
 def _shape_cases() -> list[dict[str, Any]]:
+    """Every registered strategy with an SGLang algorithm -- the third-party test plugin too, whose
+    config comes from its own hook -- at every shape it can deploy, and under a batch schedule."""
     cases = []
-    for name, plugin in sorted(load_strategies(only_builtin=True).items()):
+    with discoverable():
+        plugins = sorted(load_strategies(only_builtin=False).items())
+    for name, plugin in plugins:
         caps = plugin.capabilities
         if caps.engines.get("sglang") is None:
             continue
         draft = DRAFT if caps.artifact else None
         for config in configs_for(caps):
             cfgs = build_engine_configs(
-                strategy=name, engines=caps.engines, num_speculative_tokens=config.depth,
+                strategy=name, plugin=plugin, num_speculative_tokens=config.depth,
                 tree=(config.depth, config.topk, config.num_draft_tokens),
                 schedule=[ScheduleEntry(1, None, config.depth)], draft_path=draft)
             cases.append(_case(f"shape:{name}:{config.label}", cfgs["sglang"], strategy=name))
-        cfgs = build_engine_configs(strategy=name, engines=caps.engines, num_speculative_tokens=5, tree=None,
+        cfgs = build_engine_configs(strategy=name, plugin=plugin, num_speculative_tokens=5, tree=None,
                                     schedule=SCHEDULE, draft_path=draft)
         cases.append(_case(f"schedule:{name}", cfgs["sglang"], strategy=name, schedule=SCHEDULE))
     return cases
@@ -162,11 +166,12 @@ def test_sglang_accepts_what_we_emit(case: dict[str, Any], resolved: dict[str, A
     steps, topk = got["speculative_num_steps"], got["speculative_eagle_topk"]
     tokens = got["speculative_num_draft_tokens"]
     assert tokens == int(ours["--speculative-num-draft-tokens"])  # SGLang kept our size, never adjusted it
-    if algorithm in SGLANG_EAGLE_FAMILY:
+    if "--speculative-num-steps" in ours:  # the EAGLE family: the tree flags we set are kept
         assert (steps, topk) == (int(ours["--speculative-num-steps"]), int(ours["--speculative-eagle-topk"]))
         check_sglang_tree(steps, topk, tokens)  # our rule, on what SGLang resolved
-    else:  # NGRAM: breadth 1 keeps the chain the policy modelled
-        assert topk == 1 and steps == tokens
+    else:  # NGRAM: SGLang derives topk = max BFS breadth and steps = draft tokens // topk
+        breadth = int(ours["--speculative-ngram-max-bfs-breadth"])
+        assert topk == breadth and steps == tokens // breadth
     if "adaptive_config" in case:
         assert got["speculative_adaptive"] is True, "SGLang switched adaptive mode off"
         assert result["steps_at_batch"] == case["expect_steps"], "SGLang routes batches to other step counts"
