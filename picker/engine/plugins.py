@@ -43,7 +43,7 @@ RESERVED_NAMES = frozenset({"none", "plain", "auto"})
 # draft_model: a small LM forward per draft token; target_layer: one target-sized decoder layer
 # per draft step (EAGLE); heads: a few MLPs on the last hidden state (Medusa); cpu_lookup: a
 # host-side table lookup (prompt lookup); in_forward: the guesses ride in the target forward (lookahead).
-Artifact = Literal["draft_model", "eagle3_head", "medusa_heads"]
+Artifact = Literal["draft_model", "eagle3_head", "medusa_heads", "mtp"]
 DraftCost = Literal["draft_model", "target_layer", "heads", "cpu_lookup", "in_forward"]
 
 

@@ -57,7 +57,7 @@ from picker.inputs.yamlio import (
 )
 
 TaskType = Literal["chat", "code", "structured", "math", "summarization", "rag", "translation",
-                   "creative"]
+                   "creative", "agentic"]
 TASK_TYPES: tuple[str, ...] = get_args(TaskType)
 Dtype = Literal["bf16", "fp16", "fp8", "int8", "int4"]
 BYTES_PER_PARAM: dict[str, float] = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}

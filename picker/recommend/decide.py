@@ -275,6 +275,8 @@ def _engine_configs(table: ScoredTable, chosen: Scored, schedule: list[BatchRang
     path = None
     if art is not None:
         path = (getattr(spec, "path", None) or getattr(spec, "name", None)) if spec else f"<trained {art}>"
+        if getattr(spec, "builtin", False):
+            path = profile.model.name  # the artifact is part of the target checkpoint
     # Rows split only where the step cost's source changes are one range to an engine.
     sched = [ScheduleEntry(lo, hi, k) for lo, hi, k in
              merge_schedule([(r.max_batch or BATCH_GRID[-1], r.num_speculative_tokens) for r in schedule])]

@@ -18,38 +18,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from picker.engine.draft_layer import KV, FrozenTarget
 from picker.engine.training import DistillData, DistillSet, optimizer_step
-from strategies.eagle3.model import KV, Eagle3Config, Eagle3Head, default_feature_layers
+from strategies.eagle3.model import Eagle3Config, Eagle3Head, default_feature_layers
+
+__all__ = ["FrozenTarget", "depth_accuracy", "fit_greedy_temperature", "new_head", "train_heads", "ttt_forward",
+           "ttt_loss", "ttt_mask"]
 
 StepCallback = Callable[[int, float], None]
-
-
-@dataclass(frozen=True)
-class FrozenTarget:
-    """The pieces of the target the draft head shares, detached: embedding, final norm, LM head."""
-
-    embed: torch.nn.Module
-    norm: torch.nn.Module
-    lm_head: torch.Tensor  # (V, H)
-
-    def logits(self, g: torch.Tensor) -> torch.Tensor:
-        return self.norm(g) @ self.lm_head.T
-
-    @classmethod
-    def of(cls, model: Any) -> FrozenTarget:
-        """Read the parts from a Hugging Face causal LM (Llama-style ``model.norm``)."""
-        base = model.get_decoder() if hasattr(model, "get_decoder") else model.model
-        norm = getattr(base, "norm", None)
-        if norm is None:
-            raise TypeError("eagle3: the target's decoder has no final `norm` module")
-        return cls(model.get_input_embeddings(), norm,
-                   model.get_output_embeddings().weight.detach())
 
 
 def ttt_mask(length: int, step: int) -> torch.Tensor:
