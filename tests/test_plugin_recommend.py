@@ -114,7 +114,7 @@ def test_a_profile_naming_an_unregistered_strategy_is_one_line_exit_2(tmp_path: 
     assert result.exit_code == 2
     line = result.stderr.strip()
     assert line == (f"error: {path}: drafters.disabled: unknown strategy {PLUGIN_NAME!r}; registered: "
-                    "eagle3, lookahead, medusa, ngram, vanilla")
+                    "eagle3, lookahead, medusa, mtp, ngram, suffix, vanilla")
 
 
 def test_the_contract_takes_any_registered_strategy_and_none() -> None:

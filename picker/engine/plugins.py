@@ -67,6 +67,9 @@ class Capabilities:
     artifact_heads: int | None = None
     # Engine name -> the engine's own name for this algorithm, or None where the engine has none.
     engines: dict[str, str | None] = field(default_factory=dict)
+    # Engines that verify trees but whose algorithm for this strategy drafts chains (TensorRT-LLM's
+    # suffix automaton for `suffix`): a tree of this strategy is not deployable there.
+    chain_only_engines: tuple[str, ...] = ()
 
 
 # A hook is named as ``"module:attr"`` (imported on first use, so that `specpick recommend` never
@@ -191,6 +194,7 @@ class StrategyPlugin:
                 "draft_cost": caps.draft_cost,
                 "artifact": caps.artifact,
                 "engines": dict(caps.engines),
+                "chain_only_engines": list(caps.chain_only_engines),
             },
             "draft_options": self.draft_options.to_dict(),
             "hooks": {"make_drafter": hook_name(self.make_drafter), "train_heads": hook_name(self.train_heads),

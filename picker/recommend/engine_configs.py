@@ -25,8 +25,8 @@ open-ended; K = 0 means no speculation. Each engine encodes them differently:
 
 - SGLang 0.5.23: ``--speculative-adaptive`` with a JSON file keyed by the *lowest* batch size of
   each range (its ``adaptive_spec_params.py`` routes a batch to the largest key ≤ it); each key gets
-  one candidate step count, so the per-batch K is fixed, and step 0 turns speculation off. EAGLE and
-  EAGLE3 with topk 1 only (``adaptive_unsupported_reason()``).
+  one candidate step count, so the per-batch K is fixed, and step 0 turns speculation off. EAGLE,
+  EAGLE3 and NEXTN (an alias of EAGLE) with topk 1 only (``adaptive_unsupported_reason()``).
 - vLLM 0.24.0 and later: ``num_speculative_tokens_per_batch_size`` = inclusive ``[start, end, K]``
   ranges; batches past the last range keep its K. Absent from ``vllm/config/speculative.py`` in
   0.23.0 and earlier.
@@ -131,7 +131,9 @@ ENGINE_GREEDY: dict[str, GreedyExactness] = {
 
 # SGLang 0.5.23's built-in --speculative-algorithm names (arg_groups/fields/spec.py help text).
 SGLANG_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO")
-SGLANG_ADAPTIVE_ALGORITHMS = ("EAGLE", "EAGLE3")  # adaptive_unsupported_reason() in 0.5.23
+# adaptive_unsupported_reason() in 0.5.23 allows EAGLE and EAGLE3; NEXTN resolves to EAGLE before it
+# runs (seen: resolve_once() on a DeepSeek-V3 config.json keeps --speculative-adaptive with NEXTN).
+SGLANG_ADAPTIVE_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN")
 SGLANG_ADAPTIVE_FILE = "speculative_adaptive.json"
 
 # The end written for an open-ended last range: above any max_num_seqs / max_batch_size a server
@@ -366,7 +368,7 @@ def build_engine_configs(
             out[engine] = {**head, "supported": False, "reason": f"{err}{offer}"}
             continue
         notes += cfg.notes
-        if topk > 1 and not ENGINE_VERIFIES_TREES[engine]:
+        if topk > 1 and (not ENGINE_VERIFIES_TREES[engine] or engine in plugin.capabilities.chain_only_engines):
             notes.insert(0, f"{engine} verifies chains only: this runs a chain of {depth} drafts, which accepts "
                             "less than the recommended tree")
         out[engine] = {**head, "valid_for": _valid_for(engine, cfg.versions, since), "supported": True, **body}

@@ -86,7 +86,8 @@ def options_for(profile: WorkloadProfile, plugins: dict[str, StrategyPlugin], ta
         supported = caps.engines.get(profile.engine.name) is not None
         if not supported:
             notes = [*notes, f"{profile.engine.name} has no algorithm for it"]
-        trees_ok = ENGINE_VERIFIES_TREES.get(profile.engine.name, False)
+        trees_ok = (ENGINE_VERIFIES_TREES.get(profile.engine.name, False)
+                    and profile.engine.name not in caps.chain_only_engines)
         for config in configs_for(caps, artifact_heads(caps, profile)):
             if config.is_tree and supported and not trees_ok:
                 chains_only = f"{profile.engine.name} verifies chains only"

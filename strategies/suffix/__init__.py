@@ -23,7 +23,8 @@ PLUGIN = StrategyPlugin(
     # suffix automaton; SGLang's and llama.cpp's nearest n-gram caches (each flagged in engines.py).
     capabilities=Capabilities(deterministic_draft=True, tree=True, draft_cost="cpu_lookup",
                               engines={"sglang": "NGRAM", "vllm": "suffix", "tensorrt_llm": "SA",
-                                       "llama_cpp": "ngram-cache"}),
+                                       "llama_cpp": "ngram-cache"},
+                              chain_only_engines=("tensorrt_llm",)),  # SA drafts one chain (llm_args.py)
     make_drafter="strategies.suffix.drafter:make_drafter",
     # num_draft_tokens caps the tree's nodes (the root not counted); max_depth and topk bound its shape.
     draft_options=DraftOptions(length="num_draft_tokens", depth="max_depth", topk="topk"),
