@@ -111,3 +111,16 @@ def test_the_higher_scoring_tree_wins() -> None:
     d = SuffixDrafter(num_draft_tokens=4, max_spec_factor=4.0, cache=cache)
     d.reset([1, 2, 8, 1, 2])  # own text: "1 2" -> 8 (once); cache: "1 2" -> 3 4 (three times, certain)
     assert d.propose(_ctx([1, 2, 8, 1, 2])).tree.tokens[:2] == (3, 4)
+
+
+def test_a_match_near_the_depth_still_leaves_room_for_the_whole_draft() -> None:
+    """In a loop the match grows to the trie's depth; it is cut so the draft keeps its length."""
+    d = SuffixDrafter(num_draft_tokens=4, max_tree_depth=8)
+    loop = [1, 2, 3] * 10
+    d.reset(loop)
+    assert len(d.propose(_ctx(loop))) == 4
+
+
+def test_the_match_used_leaves_the_most_room() -> None:
+    d = SuffixDrafter(num_draft_tokens=32, max_tree_depth=24, max_spec_factor=1.0)
+    assert d._match_cap(4) == 20 and d._match_cap(32) == 12  # 4 drafts after 20; 12 after 12

@@ -19,6 +19,7 @@ config dataclass has them).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import torch
@@ -154,3 +155,34 @@ class FrozenTarget:
             raise TypeError("the target's decoder has no final `norm` module: a draft head needs a Llama-style target")
         return cls(model.get_input_embeddings(), norm,
                    model.get_output_embeddings().weight.detach())
+
+
+def causal_lm(target_backend: Any, who: str) -> Any:
+    """The Hugging Face causal LM itself, or the one a backend wraps as ``.model`` (a head reads its parts)."""
+    for candidate in (target_backend, getattr(target_backend, "model", None)):
+        getter = getattr(candidate, "get_output_embeddings", None)
+        if getter is not None and getter() is not None:
+            return candidate
+    raise TypeError(f"{who}: target_backend must be a Hugging Face causal LM or wrap one as .model")
+
+
+CONFIG_NAME = "config.json"
+WEIGHTS_NAME = "model.safetensors"
+
+
+def save_head(module: torch.nn.Module, folder: Path, config_json: str) -> None:
+    """Write ``config.json`` and ``model.safetensors`` (no pickle) into ``folder``."""
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    tensors = {k: v.detach().contiguous() for k, v in module.state_dict().items()}
+    save_file(tensors, str(folder / WEIGHTS_NAME), metadata={"format": "pt"})
+    (folder / CONFIG_NAME).write_text(config_json)
+
+
+def load_head_weights(module: torch.nn.Module, folder: Path) -> torch.nn.Module:
+    """Fill ``module`` from the ``model.safetensors`` :func:`save_head` wrote; in eval mode."""
+    from safetensors.torch import load_file
+
+    module.load_state_dict(load_file(str(folder / WEIGHTS_NAME)))
+    return module.eval()

@@ -31,14 +31,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
 
-from picker.engine.draft_layer import KV, DraftLayer, causal_mask
+from picker.engine.draft_layer import CONFIG_NAME, KV, WEIGHTS_NAME, DraftLayer, causal_mask, load_head_weights, save_head
 
 __all__ = ["CONFIG_NAME", "KV", "WEIGHTS_NAME", "Eagle3Config", "Eagle3Head", "causal_mask", "default_feature_layers"]
-
-CONFIG_NAME = "config.json"
-WEIGHTS_NAME = "model.safetensors"
 
 
 @dataclass(frozen=True)
@@ -126,15 +122,10 @@ class Eagle3Head(torch.nn.Module):
 
     def save(self, folder: Path) -> None:
         """Write ``config.json`` and ``model.safetensors`` (no pickle) into ``folder``."""
-        folder.mkdir(parents=True, exist_ok=True)
-        tensors = {k: v.detach().contiguous() for k, v in self.state_dict().items()}
-        save_file(tensors, str(folder / WEIGHTS_NAME), metadata={"format": "pt"})
-        (folder / CONFIG_NAME).write_text(self.config.to_json())
+        save_head(self, folder, self.config.to_json())
 
     @classmethod
     def load(cls, folder: str | Path) -> Eagle3Head:
         """Load a head written by :meth:`save`."""
         folder = Path(folder)
-        head = cls(Eagle3Config.from_json((folder / CONFIG_NAME).read_text()))
-        head.load_state_dict(load_file(str(folder / WEIGHTS_NAME)))
-        return head.eval()
+        return load_head_weights(cls(Eagle3Config.from_json((folder / CONFIG_NAME).read_text())), folder)  # type: ignore[return-value]

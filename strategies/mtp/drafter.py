@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from picker.engine.draft_layer import FrozenTarget
+from picker.engine.draft_layer import FrozenTarget, causal_lm
 from picker.engine.drafting import EMPTY_DRAFT, Draft, DraftContext, MissingArtifact, StepOutcome
 from picker.engine.sampling import inverse_cdf, warp
 from picker.engine.tree import TokenTree
@@ -137,22 +137,13 @@ class MtpDrafter:
         return Draft(TokenTree.from_chain(tokens), p=np.stack(probs) if sample else None)
 
 
-def _target_model(target_backend: Any) -> Any:
-    """The Hugging Face causal LM itself, or the one a backend wraps as ``.model``."""
-    for candidate in (target_backend, getattr(target_backend, "model", None)):
-        getter = getattr(candidate, "get_output_embeddings", None)
-        if getter is not None and getter() is not None:
-            return candidate
-    raise TypeError("mtp: target_backend must be a Hugging Face causal LM or wrap one as .model")
-
-
 def make_drafter(*, target_backend: Any, artifact: str | Path | None = None, num_draft_tokens: int | None = None,
                  sample_drafts: bool = True) -> MtpDrafter:
     """Load MTP modules from ``artifact`` onto ``target_backend``'s model; ``num_draft_tokens`` is the chain."""
     if artifact is None or not Path(artifact, CONFIG_NAME).is_file():
         raise MissingArtifact(f"mtp needs a trained modules folder, got {artifact}", field="--heads")
     heads = MtpHeads.load(artifact)
-    frozen = FrozenTarget.of(_target_model(target_backend))
+    frozen = FrozenTarget.of(causal_lm(target_backend, "mtp"))
     if tuple(frozen.lm_head.shape) != (heads.config.vocab_size, heads.config.hidden_size):
         raise MissingArtifact(f"mtp modules at {artifact} expect vocab x hidden {heads.config.vocab_size} x "
                               f"{heads.config.hidden_size}, target has {tuple(frozen.lm_head.shape)}", field="--heads")

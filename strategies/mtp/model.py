@@ -32,12 +32,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
 
-from picker.engine.draft_layer import KV, DraftLayer
-
-CONFIG_NAME = "config.json"
-WEIGHTS_NAME = "model.safetensors"
+from picker.engine.draft_layer import CONFIG_NAME, KV, DraftLayer, load_head_weights, save_head
 
 
 @dataclass(frozen=True)
@@ -115,14 +111,9 @@ class MtpHeads(torch.nn.Module):
         self.modules_ = torch.nn.ModuleList(MtpModule(cfg) for _ in range(cfg.num_modules))
 
     def save(self, folder: Path) -> None:
-        folder.mkdir(parents=True, exist_ok=True)
-        tensors = {k: v.detach().contiguous() for k, v in self.state_dict().items()}
-        save_file(tensors, str(folder / WEIGHTS_NAME), metadata={"format": "pt"})
-        (folder / CONFIG_NAME).write_text(self.config.to_json())
+        save_head(self, folder, self.config.to_json())
 
     @classmethod
     def load(cls, folder: str | Path) -> MtpHeads:
         folder = Path(folder)
-        heads = cls(MtpConfig.from_json((folder / CONFIG_NAME).read_text()))
-        heads.load_state_dict(load_file(str(folder / WEIGHTS_NAME)))
-        return heads.eval()
+        return load_head_weights(cls(MtpConfig.from_json((folder / CONFIG_NAME).read_text())), folder)  # type: ignore[return-value]

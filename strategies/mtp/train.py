@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from picker.engine.draft_layer import KV, FrozenTarget
-from picker.engine.training import DistillData, DistillSet, optimizer_step
+from picker.engine.training import DistillData, DistillSet, train_steps
 from strategies.mtp.model import MtpConfig, MtpHeads, module_mask
 
 StepCallback = Callable[[int, float], None]
@@ -114,19 +114,8 @@ def train_heads(
     frozen = FrozenTarget.of(target)
     heads = new_heads(target, num_modules, seed)
     untrained = depth_accuracy(heads, frozen, data.heldout, depths)
-    opt = torch.optim.AdamW(heads.parameters(), lr=lr, weight_decay=0.0)
-    gen = torch.Generator().manual_seed(seed)
-    rows = data.train.tokens.shape[0]
-    losses: list[float] = []
-    heads.train()
-    for step in range(steps):
-        for group in opt.param_groups:  # short warm-up then linear decay
-            group["lr"] = lr * min(1.0, (step + 1) / 10) * (1.0 - step / max(1, steps))
-        idx = torch.randint(0, rows, (batch,), generator=gen)
-        losses.append(optimizer_step(opt, mtp_loss(heads, frozen, data.train, idx, depths), heads.parameters()))
-        if on_step is not None:
-            on_step(step, losses[-1])
-    heads.eval()
+    losses = train_steps(heads, lambda idx: mtp_loss(heads, frozen, data.train, idx, depths), steps=steps,
+                         rows=data.train.tokens.shape[0], batch=batch, lr=lr, seed=seed, on_step=on_step)
     report: dict[str, Any] = {
         "depth_accuracy": depth_accuracy(heads, frozen, data.heldout, depths),
         "untrained_depth_accuracy": untrained, "num_modules": num_modules, "depths": depths,

@@ -121,8 +121,15 @@ class SuffixDrafter:
         self._last.extend(int(t) for t in tokens[self._seen:])
         self._seen = len(tokens)
 
+    def _match_cap(self, cap: int) -> int:
+        """The longest match worth using: a path holds match and draft together (max_tree_depth), so
+        past some length a longer match leaves less room to draft than it earns. The length whose
+        draft size min(cap, factor x m, depth - m) is largest, the longest among equals."""
+        depth, f = self.max_tree_depth, self.max_spec_factor
+        return max(range(1, depth), key=lambda m: (min(cap, math.floor(f * m), depth - m), m))
+
     def _grow(self, trie: SuffixTrie, tokens: Sequence[int], cap: int) -> Speculation:
-        m, _ = trie.longest_match(tokens)
+        m, _ = trie.longest_match(tokens, max_len=self._match_cap(cap))
         if m == 0:
             return EMPTY
         budget = min(cap, math.floor(self.max_spec_factor * m))

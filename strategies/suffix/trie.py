@@ -108,15 +108,16 @@ class SuffixTrie:
             node = nxt
         return node
 
-    def longest_match(self, tokens: Sequence[int]) -> tuple[int, int]:
+    def longest_match(self, tokens: Sequence[int], max_len: int | None = None) -> tuple[int, int]:
         """(m, continuations): the longest suffix of ``tokens`` that occurred followed by something.
 
         A longer such suffix implies every shorter one (what followed it followed them too), so the
-        search stops at the first length that fails. m is at most ``depth - 1``: a match must leave
-        room for one speculated token.
+        search stops at the first length that fails. m is at most ``max_len`` and ``depth - 1``: a
+        path holds match and speculation together, so a longer match leaves less room to draft.
         """
         best, kids = 0, 0
-        for m in range(1, min(len(tokens), self.depth - 1) + 1):
+        top = self.depth - 1 if max_len is None else min(max_len, self.depth - 1)
+        for m in range(1, min(len(tokens), top) + 1):
             node = self.walk(tokens[len(tokens) - m:])
             if node is None or not node.children:
                 break

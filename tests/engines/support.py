@@ -47,16 +47,20 @@ def write_config_folder(path: Path, **overrides: object) -> Path:
 # such a config only against a target of that kind (vLLM refuses method "mtp" on a Llama). The
 # DeepSeek-V3 config.json shipped with the MTP profile stands in as that target.
 CHECKPOINT_ARTIFACTS: dict[str, tuple[Path, dict[str, object]]] = {
-    "mtp": (ROOT / "profiles" / "hf" / "deepseek-v3.config.json", {"modules": 1, "builtin": True}),
+    "mtp": (ROOT / "profiles" / "hf" / "deepseek-v3-mtp-sglang.config.json", {"modules": 1, "builtin": True}),
 }
 
 
 def profile_hf_config(profile_path: Path) -> Path | None:
-    """The config.json a profile's ``model.hf_config`` names (relative to the profile), or None."""
+    """The config.json of a profile's model: the one ``model.hf_config`` names (relative to the
+    profile), else the published copy shipped as ``hf/<profile name>.config.json``; None otherwise."""
     import yaml
 
     ref = (yaml.safe_load(profile_path.read_text()).get("model") or {}).get("hf_config")
-    return (profile_path.parent / ref).resolve() if ref else None
+    if ref:
+        return (profile_path.parent / ref).resolve()
+    shipped = profile_path.parent / "hf" / f"{profile_path.stem}.config.json"
+    return shipped if shipped.is_file() else None
 
 
 def write_model_folder(path: Path, config_json: Path) -> Path:
