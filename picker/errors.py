@@ -5,6 +5,9 @@ Everything that reads user input (YAML profiles, measurement files, CLI values) 
 
     >>> str(UserError("bad value", file="p.yaml", field="traffic.task_mix"))
     'p.yaml: traffic.task_mix: bad value'
+
+Input with several problems raises :class:`UserErrors`, one line per problem, so a user fixes them
+all in one pass (the CLI prints each as its own ``error:`` line).
 """
 
 from __future__ import annotations
@@ -24,3 +27,29 @@ class UserError(Exception):
     def __str__(self) -> str:
         parts = [p for p in (self.file, self.field) if p]
         return ": ".join([*parts, self.message])
+
+    def lines(self) -> list[str]:
+        """One line per problem (here, one)."""
+        return [str(self)]
+
+
+class UserErrors(UserError):
+    """Several problems in one input, each a :class:`UserError`; ``str`` is one line per problem.
+
+    >>> e = UserErrors([UserError("a", field="x"), UserError("b", field="y")])
+    >>> str(e).splitlines()
+    ['x: a', 'y: b']
+    """
+
+    def __init__(self, errors: list[UserError]) -> None:
+        if not errors:
+            raise ValueError("UserErrors needs at least one error")
+        self.errors = tuple(errors)
+        first = self.errors[0]
+        super().__init__(first.message, file=first.file, field=first.field)
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines())
+
+    def lines(self) -> list[str]:
+        return [line for e in self.errors for line in e.lines()]

@@ -95,7 +95,9 @@ def test_plugin_without_measurements_or_prior_is_left_out_with_a_warning(tmp_pat
 
 
 def test_plugin_is_estimated_and_listed_in_the_estimate_error() -> None:
-    base = ["estimate", "--alpha", "0.6", "--model-params", "8e9", "--hardware", "h100-sxm", "--format", "json"]
+    # --engine vllm: the test plugin maps onto vLLM only, and estimate refuses an engine that cannot run it.
+    base = ["estimate", "--alpha", "0.6", "--model-params", "8e9", "--hardware", "h100-sxm", "--engine", "vllm",
+            "--format", "json"]
     with discoverable():
         ok = runner.invoke(app, [*base, "--strategy", PLUGIN_NAME, "--num-draft-tokens", "4"])
         bad = runner.invoke(app, [*base, "--strategy", "repeat-first"])

@@ -11,12 +11,13 @@ from typing import Annotated
 
 import typer
 
-from picker.cli.common import Fmt, user_errors, write_output
+from picker.cli.common import Fmt, check_outputs, user_errors, write_output
 
 
 @user_errors
 def schema(out: Annotated[Path | None, typer.Option(help="Write here instead of stdout.")] = None) -> None:
     """Print the workload profile's JSON Schema."""
+    check_outputs(out=out, fmt=Fmt.json)
     import json
 
     from picker.inputs.workload import workload_json_schema
@@ -25,16 +26,20 @@ def schema(out: Annotated[Path | None, typer.Option(help="Write here instead of 
 
 
 @user_errors
-def strategies(fmt: Annotated[Fmt, typer.Option("--format", help="md (a table) or json.")] = Fmt.md) -> None:
+def strategies(fmt: Annotated[Fmt, typer.Option("--format", help="md (wrapped to the terminal), json or yaml.")] = Fmt.md) -> None:
     """List registered strategy plugins and their declared capabilities."""
-    import json
-
     from picker.engine.plugins import load_strategies
 
     plugins = [p.to_dict() for p in load_strategies().values()]
     if fmt is Fmt.json:
-        write_output(json.dumps(plugins, indent=2) + "\n", None)
-        return
-    from picker.cli.tables import print_strategies
+        import json
 
-    print_strategies(plugins)
+        write_output(json.dumps(plugins, indent=2) + "\n", None)
+    elif fmt is Fmt.yaml:
+        import yaml
+
+        write_output(str(yaml.safe_dump(plugins, sort_keys=False, allow_unicode=True)), None)
+    else:
+        from picker.cli.tables import strategies_text
+
+        write_output(strategies_text(plugins), None)

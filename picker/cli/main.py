@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import typer
 
-from picker.cli import catalog, estimate, generate, models, profile, recommend, report, sweep
+from picker.cli import catalog, estimate, generate, init, models, profile, recommend, report, sweep
 from picker.zoo import cli as zoo_cli
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="Measure speculative decoding, pick a strategy, emit engine configs.")
 
-for command in (recommend.recommend, estimate.estimate, catalog.schema, catalog.strategies, generate.generate,
-                profile.profile, sweep.sweep, report.report):
+for command in (init.init, init.check, recommend.recommend, estimate.estimate, catalog.schema, catalog.strategies,
+                generate.generate, profile.profile, sweep.sweep, report.report):
     app.command()(command)
 app.add_typer(zoo_cli.app, name="zoo")
 app.add_typer(models.app, name="models")

@@ -17,7 +17,7 @@ from typing import Annotated
 
 import typer
 
-from picker.cli.common import Fmt, user_errors, write_output
+from picker.cli.common import Fmt, check_outputs, user_errors, write_output
 
 
 @user_errors
@@ -34,6 +34,7 @@ def recommend(
         help="Load-curve calibration JSON from a GPU run (scripts/gpu_calibrate.py).")] = None,
 ) -> None:
     """Recommend a speculative-decoding setting for a workload, with engine configs and a rollout."""
+    check_outputs(out=out, fmt=fmt, plot=plot)  # a bad --out / --plot is refused before any work
     from picker.inputs.measurements import load_measurements
     from picker.inputs.workload import load_profile
     from picker.recommend.pipeline import recommend as build

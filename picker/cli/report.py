@@ -16,7 +16,7 @@ from typing import Annotated
 
 import typer
 
-from picker.cli.common import user_errors, write_output
+from picker.cli.common import check_outputs, user_errors, write_output
 
 
 def build_page(profile: Path, measurements: Path | None = None, policy: Path | None = None,
@@ -48,6 +48,7 @@ def report(
     allow_other_model: Annotated[bool, typer.Option(help="Use measurements of another model (labelled so).")] = False,
 ) -> None:
     """Write the recommendation as one self-contained HTML page: decision, plots, configs, evidence."""
+    check_outputs(out=out, fmt="html")  # a bad --out is refused before any work
     page = build_page(profile, measurements, policy, calibration, allow_other_model)
     write_output(page, out)
     typer.echo(f"wrote {out} ({len(page.encode('utf-8')) / 1024:.0f} KiB)")

@@ -7,9 +7,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from dataclasses import dataclass
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationInfo
 
 # Strict numbers: YAML already types scalars, so "4" (a string) or true (a bool) where a count is
 # expected is a mistake worth reporting rather than silently coercing.
@@ -41,3 +42,39 @@ class Section(BaseModel):
     """Base of every profile section: unknown keys are errors, loaded values are immutable."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass(frozen=True)
+class AppliedDefault:
+    """A value the profile did not give and the loader supplied (or a name it had to interpret).
+
+    >>> AppliedDefault("engine.version", "0.32.0", "the version the vllm configs are written for").line()
+    'engine.version = 0.32.0 (the version the vllm configs are written for)'
+    """
+
+    field: str   # dotted profile path
+    value: str   # what was used, as it would be written in the profile
+    why: str     # where the value comes from, or how to choose another
+
+    def line(self) -> str:
+        return f"{self.field} = {self.value} ({self.why})"
+
+
+ASSUMED_KEY = "assumed"  # validation-context key of the list validators append AppliedDefaults to
+
+
+def record_default(info: ValidationInfo, field: str, value: Any, why: str) -> None:
+    """Note an applied default in the validation context (``load_profile`` passes a list there;
+    validating without one fills the same values and records nothing)."""
+    ctx = info.context
+    sink = ctx.get(ASSUMED_KEY) if isinstance(ctx, dict) else None
+    if isinstance(sink, list):
+        sink.append(AppliedDefault(field, value if isinstance(value, str) else _yaml_scalar(value), why))
+
+
+def _yaml_scalar(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return f"{value:g}"
+    return str(value)

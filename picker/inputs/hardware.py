@@ -101,7 +101,8 @@ CATALOG: dict[str, Hardware] = {hw.name: hw for hw in _ENTRIES}
 
 # Extra spellings people type; keys are already normalized (lower case, '-' as separator).
 # A bare "h100" means the SXM part because that is what most H100 serving runs on; a bare
-# "a100" means the 80 GB part for the same reason.
+# "a100" means the 80 GB part for the same reason. Those family names are AMBIGUOUS: resolving one
+# comes with a note saying which part was assumed and how to name the other.
 ALIASES: dict[str, str] = {
     "h100": "h100-sxm",
     "h100-sxm5": "h100-sxm",
@@ -123,6 +124,15 @@ ALIASES: dict[str, str] = {
 }
 
 
+# Family names that cover more than one catalog part -> what to write for the part not assumed.
+AMBIGUOUS: dict[str, str] = {
+    "h100": "write h100-pcie for the PCIe card",
+    "h100-80gb": "write h100-pcie for the PCIe card (both are 80 GB)",
+    "a100": "write a100-40gb for the 40 GB part",
+    "a100-sxm": "write a100-40gb for the 40 GB SXM part",
+}
+
+
 def _normalize(name: str) -> str:
     """Lower-case and unify separators, so 'H100_SXM', 'h100 sxm' and 'h100-sxm' agree."""
     return "-".join(name.strip().lower().replace("_", "-").split()).replace("--", "-")
@@ -134,6 +144,21 @@ def resolve_hardware_name(name: str) -> str | None:
     if key in CATALOG:
         return key
     return ALIASES.get(key)
+
+
+def hardware_note(name: str) -> str | None:
+    """What was assumed when ``name`` is a family name covering several parts, else None.
+
+    >>> hardware_note("H100")
+    "'H100' names more than one part: assumed h100-sxm (NVIDIA H100 SXM5 80GB); write h100-pcie for the PCIe card"
+    >>> hardware_note("h100-sxm") is None
+    True
+    """
+    key = _normalize(name)
+    if key not in AMBIGUOUS:
+        return None
+    part = CATALOG[ALIASES[key]]
+    return f"{name.strip()!r} names more than one part: assumed {part.name} ({part.description}); {AMBIGUOUS[key]}"
 
 
 def get_hardware(name: str) -> Hardware:

@@ -1,8 +1,16 @@
 """Workload profile: the YAML a user writes to describe what they serve, validated once at the edge.
 
-A profile names the target model (or points at its Hugging Face ``config.json``), the hardware,
-the serving engine, the traffic (task mix, lengths, concurrency, temperature), the latency SLOs
-and which drafters exist. Every section forbids unknown keys and every loaded profile is frozen.
+A profile needs four things: the model, the hardware, the engine and the task mix. Everything
+else has a stated default, and the loaded profile lists each one it used (``defaults_applied``):
+
+    model: llama-3.1-8b-instruct        # a catalog name, a Hugging Face folder, or the shape
+    hardware: H100                      # one accelerator; "4x H100" for four
+    engine: vllm                        # version: the one specpick's configs are written for
+    traffic:
+      task_mix: {chat: 0.7, code: 0.3}
+      concurrency: 32
+      temperature: 0.7
+    slo: {itl_p99_ms: 50}
 
     >>> from picker.inputs.workload import load_profile
     >>> p = load_profile("profiles/chat-70b-h100.yaml")            # doctest: +SKIP
@@ -10,202 +18,78 @@ and which drafters exist. Every section forbids unknown keys and every loaded pr
     ('h100-sxm', 4, 'sglang')
     >>> p.model_shape().num_kv_heads, p.traffic.task_weights()["chat"]  # doctest: +SKIP
     (8, 0.6)
+    >>> p.defaults_applied                                           # doctest: +SKIP
+    ()
 
-Bad input raises :class:`picker.errors.UserError` with one line naming the file and the dotted
-field path and, for closed sets, the allowed values, e.g.
-``x.yaml: engine.name: must be one of sglang, vllm, tensorrt_llm, llama_cpp (got 'tgi')``.
+Every section forbids unknown keys and every loaded profile is frozen. Bad input raises
+:class:`picker.errors.UserError` naming the file, the dotted field path and, for closed sets, the
+allowed values, e.g. ``x.yaml: engine.name: must be one of sglang, vllm, tensorrt_llm, llama_cpp
+(got 'tgi')``; a profile with several problems raises :class:`picker.errors.UserErrors`, one such
+line per problem.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import Any, Literal
 
-from pydantic import (
-    ConfigDict,
-    Field,
-    StrictBool,
-    ValidationError,
-    ValidationInfo,
-    field_validator,
-    model_validator,
-)
+from pydantic import Field, PrivateAttr, ValidationError, ValidationInfo, field_validator, model_validator
 
-from picker.errors import UserError
 from picker.inputs.drafters import DraftersSpec
-from picker.inputs.fields import (
-    Batch,
-    Devices,
-    Dim,
-    Millis,
-    Name,
-    NonNegFloat,
-    Params,
-    Section,
-    Tokens,
-    TokensFloat,
-    Weight,
-)
-from picker.inputs.hardware import CATALOG, Hardware, resolve_hardware_name
+from picker.inputs.fields import ASSUMED_KEY, AppliedDefault, Devices, Millis, Name, NonNegFloat, Section
+from picker.inputs.fields import record_default as _record
+from picker.inputs.hardware import CATALOG, Hardware, hardware_note, resolve_hardware_name
+from picker.inputs.model import BYTES_PER_PARAM, Dtype, ModelSpec, estimate_params, shape_from_hf_config
+from picker.inputs.traffic import TASK_TYPES, TaskType, TrafficSpec
 from picker.inputs.yamlio import fail_at as _fail_at
-from picker.inputs.yamlio import (
-    load_json_mapping,
-    load_yaml_mapping,
-    user_error_from_validation,
-)
+from picker.inputs.yamlio import load_yaml_mapping, user_error_from_validation
 
-TaskType = Literal["chat", "code", "structured", "math", "summarization", "rag", "translation",
-                   "creative", "agentic"]
-TASK_TYPES: tuple[str, ...] = get_args(TaskType)
-Dtype = Literal["bf16", "fp16", "fp8", "int8", "int4"]
-BYTES_PER_PARAM: dict[str, float] = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
+__all__ = ["BYTES_PER_PARAM", "TASK_TYPES", "AppliedDefault", "Dtype", "EngineName", "ModelSpec", "TaskType",
+           "WorkloadProfile", "estimate_params", "load_profile", "shape_from_hf_config", "workload_json_schema"]
+
 EngineName = Literal["sglang", "vllm", "tensorrt_llm", "llama_cpp"]
-WEIGHT_TOLERANCE = 1e-6
-
-def _check_weights(weights: list[float]) -> None:
-    total = sum(weights)
-    if abs(total - 1.0) > WEIGHT_TOLERANCE:
-        raise ValueError(f"weights must sum to 1 (got {total:.6g})")
-
-
-# --------------------------------------------------------------------------- model
-
-_HF_KEYS: dict[str, tuple[str, ...]] = {   # our field -> config.json keys (Llama/Qwen/Mistral, GPT-2)
-    "num_layers": ("num_hidden_layers", "n_layer", "num_layers"),
-    "hidden_size": ("hidden_size", "n_embd", "d_model"),
-    "num_attention_heads": ("num_attention_heads", "n_head"),
-    "num_kv_heads": ("num_key_value_heads",),
-    "head_dim": ("head_dim",),
-    "vocab_size": ("vocab_size",),
-    "intermediate_size": ("intermediate_size", "n_inner"),
+# The engine version each engine's configs are written for: the same table as
+# picker.recommend.engine_configs.ENGINE_VERSIONS (which says what was checked in each;
+# tests/test_workload.py keeps the two equal). A profile that names no version gets this one.
+PINNED_ENGINE_VERSIONS: dict[str, str] = {
+    "sglang": "0.5.23",
+    "vllm": "0.32.0",
+    "tensorrt_llm": "1.4.0rc4",
+    "llama_cpp": "llama.cpp vendored in llama-cpp-python 0.3.36",
 }
-_HF_REQUIRED = ("num_layers", "hidden_size", "num_attention_heads", "vocab_size")
-_HF_DTYPES = {"bfloat16": "bf16", "float16": "fp16"}
-
-
-def shape_from_hf_config(
-    cfg: dict[str, Any], *, source: str, profile: str | None = None
-) -> dict[str, Any]:
-    """Map a Hugging Face ``config.json`` to ModelSpec fields; ``source`` names it in errors."""
-    def bad(message: str) -> UserError:
-        return UserError(f"{source}: {message}", file=profile, field="model.hf_config")
-
-    # Multimodal wrappers (Llama 4, Gemma 3, Mistral 3) keep the language model under text_config.
-    text = cfg.get("text_config") if "num_hidden_layers" not in cfg else None
-    inner: dict[str, Any] = text if isinstance(text, dict) else cfg
-    out: dict[str, Any] = {}
-    for ours, keys in _HF_KEYS.items():
-        key = next((k for k in keys if inner.get(k) is not None), None)
-        if key is None:
-            continue
-        value = inner[key]
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise bad(f"{key} must be a positive integer (got {value!r})")
-        out[ours] = value
-    tie = inner.get("tie_word_embeddings", cfg.get("tie_word_embeddings"))
-    if isinstance(tie, bool):
-        out["tie_word_embeddings"] = tie
-    dtype = _HF_DTYPES.get(str(cfg.get("torch_dtype") or cfg.get("dtype") or ""))
-    if dtype:
-        out["dtype"] = dtype
-    return out
-
-
-def estimate_params(num_layers: int, hidden_size: int, num_attention_heads: int, num_kv_heads: int,
-                    head_dim: int, vocab_size: int, intermediate_size: int, *, tied: bool = False) -> int:
-    """Parameter count of a Llama-style decoder (GQA attention, gated MLP, RMSNorm).
-
-    Per layer: q and o projections (hidden x heads*head_dim each), k and v (hidden x
-    kv_heads*head_dim each), gate/up/down (3 x hidden x intermediate), two norms. Plus the
-    embedding and, unless tied, the LM head. Attention biases (Qwen) are ignored: < 0.01 %.
-    """
-    attn = 2 * hidden_size * num_attention_heads * head_dim + 2 * hidden_size * num_kv_heads * head_dim
-    mlp = 3 * hidden_size * intermediate_size
-    per_layer = attn + mlp + 2 * hidden_size
-    embed = vocab_size * hidden_size * (1 if tied else 2)
-    return num_layers * per_layer + embed + hidden_size
-
-
-class ModelSpec(Section):
-    """The target model: its shape, given here or read from a Hugging Face config.json."""
-
-    name: Name = Field(description="Model name, for reports (e.g. meta-llama/Llama-3.1-8B-Instruct).")
-    hf_config: Name | None = Field(None, description=(
-        "Path to the model's Hugging Face config.json, relative to this profile file. Shape fields "
-        "missing here are read from it; fields given here win."))
-    params_b: Params | None = Field(None, description=(
-        "Parameter count in billions. Estimated from the shape when absent (needs intermediate_size)."))
-    num_layers: Dim | None = Field(None, description="Decoder layers (num_hidden_layers).")
-    hidden_size: Dim | None = Field(None, description="Hidden (model) dimension.")
-    num_attention_heads: Dim | None = Field(None, description="Query heads per layer.")
-    num_kv_heads: Dim | None = Field(None, description=(
-        "Key/value heads per layer (grouped-query attention); defaults to num_attention_heads."))
-    head_dim: Dim | None = Field(None, description=(
-        "Per-head dimension; defaults to hidden_size / num_attention_heads."))
-    vocab_size: Dim | None = Field(None, description="Vocabulary size (embedding and LM-head rows).")
-    intermediate_size: Dim | None = Field(None, description="MLP inner dimension (to estimate params_b).")
-    tie_word_embeddings: StrictBool | None = Field(None, description=(
-        "Whether the LM head shares the embedding matrix; used to estimate params_b (default false)."))
-    dtype: Dtype = Field("bf16", description="Weight precision served: bf16, fp16, fp8, int8 or int4.")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _fill_from_hf_config(cls, data: Any, info: ValidationInfo) -> Any:
-        if not isinstance(data, dict) or not isinstance(data.get("hf_config"), str):
-            return data  # nothing to read, or a wrong type the field validation reports
-        ctx = info.context or {}
-        profile = ctx.get("file")
-        ref = data["hf_config"].strip()
-        path = Path(ctx.get("base_dir", ".")) / ref
-        try:
-            cfg = load_json_mapping(path, what="Hugging Face config")
-        except UserError as exc:
-            raise UserError(f"cannot use {ref!r}: {exc}", file=profile, field="model.hf_config") from None
-        values = shape_from_hf_config(cfg, source=str(path), profile=profile)
-        for ours in _HF_REQUIRED:
-            if ours not in values and data.get(ours) is None:
-                keys = " / ".join(_HF_KEYS[ours])
-                raise UserError(f"{path} has no {keys}; give model.{ours} in the profile",
-                                file=profile, field="model.hf_config")
-        return {**values, **{k: v for k, v in data.items() if v is not None}}
-
-    @model_validator(mode="after")
-    def _check_shape(self) -> ModelSpec:
-        for field in _HF_REQUIRED:
-            if getattr(self, field) is None:
-                _fail_at((field,), "required field is missing (give it here or through hf_config)", None)
-        heads, kv = self.num_attention_heads, self.resolved_num_kv_heads
-        assert heads is not None and self.hidden_size is not None
-        if heads % kv:
-            _fail_at(("num_kv_heads",), f"must divide num_attention_heads ({heads}) (got {kv})", kv)
-        if self.head_dim is None and self.hidden_size % heads:
-            _fail_at(("head_dim",), f"required: hidden_size {self.hidden_size} is not a multiple of "
-                     f"num_attention_heads {heads}", None)
-        if self.params_b is None and self.intermediate_size is None:
-            _fail_at(("params_b",), "required field is missing (or give intermediate_size, or an "
-                     "hf_config that has it, so it can be estimated)", None)
-        return self
-
-    @property
-    def resolved_num_kv_heads(self) -> int:
-        return self.num_kv_heads or self.num_attention_heads or 1
-
-    @property
-    def resolved_head_dim(self) -> int:
-        assert self.hidden_size is not None and self.num_attention_heads is not None
-        return self.head_dim or self.hidden_size // self.num_attention_heads
+_ENGINE_SPELLINGS = {"llamacpp": "llama_cpp", "llama.cpp": "llama_cpp", "llama-cpp": "llama_cpp",
+                     "tensorrt-llm": "tensorrt_llm", "trt-llm": "tensorrt_llm", "trtllm": "tensorrt_llm"}
+HEADROOM_SHARE = 0.10  # default memory headroom: this share of one accelerator's memory
+_HARDWARE_COUNT = re.compile(r"\s*(\d+)\s*[x×*]\s*(\S.*)", re.IGNORECASE)
 
 
 # --------------------------------------------------------------------------- hardware, engine
 
 class HardwareSpec(Section):
-    """Where the model runs."""
+    """Where the model runs; ``hardware: H100`` is short for ``{gpu: H100}``, ``4x H100`` for count 4."""
 
     gpu: Name = Field(description="Accelerator, a catalog name: " + ", ".join(CATALOG) +
-                      " (case-insensitive; aliases such as H100 or a100 accepted).")
-    count: Devices = Field(1, description="Accelerators the model is sharded over (tensor parallel).")
+                      " (case-insensitive; family names such as H100 or a100 resolve with a note).")
+    count: Devices = Field(1, description="Accelerators the model is sharded over (tensor parallel). Default 1.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any, info: ValidationInfo) -> Any:
+        if isinstance(data, str):
+            m = _HARDWARE_COUNT.fullmatch(data)
+            data = {"gpu": m.group(2), "count": int(m.group(1))} if m else {"gpu": data}
+        if isinstance(data, dict):
+            gpu = data.get("gpu")
+            note = hardware_note(gpu) if isinstance(gpu, str) else None
+            if note is not None:
+                _record(info, "hardware.gpu", resolve_hardware_name(gpu) or gpu, note)
+            if "count" not in data:
+                _record(info, "hardware.count", 1, "one accelerator; for tensor parallelism give "
+                        "hardware.count, or write `4x H100`")
+        return data
 
     @field_validator("gpu")
     @classmethod
@@ -223,9 +107,31 @@ class HardwareSpec(Section):
 class EngineSpec(Section):
     """The serving engine whose configuration the recommendation is written for."""
 
-    name: EngineName = Field(description="Serving engine: sglang, vllm, tensorrt_llm or llama_cpp.")
+    name: EngineName = Field(description=(
+        "Serving engine: sglang, vllm, tensorrt_llm or llama_cpp. `engine: vllm` alone is short for "
+        "{name: vllm} with the version below."))
     version: Name = Field(description=(
-        "Engine version as a quoted string, e.g. \"0.5.23\"; flags change between versions."))
+        "Engine version as a quoted string, e.g. \"0.5.23\"; flags change between versions. Default: "
+        "the version specpick's configs are written for (" +
+        ", ".join(f"{k} {v}" for k, v in PINNED_ENGINE_VERSIONS.items()) + ")."))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any, info: ValidationInfo) -> Any:
+        if isinstance(data, str):
+            data = {"name": data}
+        if not isinstance(data, dict) or not isinstance(data.get("name"), str):
+            return data
+        name = data["name"].strip().lower()
+        name = _ENGINE_SPELLINGS.get(name, name)
+        data = {**data, "name": name}
+        if "version" not in data:
+            # An unknown engine is reported on its name alone, not again for its missing version.
+            data["version"] = PINNED_ENGINE_VERSIONS.get(name, "unknown")
+            if name in PINNED_ENGINE_VERSIONS:
+                _record(info, "engine.version", data["version"], "the version specpick's engine configs are "
+                        "written for")
+        return data
 
     @field_validator("version", mode="before")
     @classmethod
@@ -237,125 +143,7 @@ class EngineSpec(Section):
         return value
 
 
-# --------------------------------------------------------------------------- traffic
-
-class TokenPoint(Section):
-    """One point of a token-length distribution."""
-
-    value: Tokens = Field(description="Length in tokens.")
-    weight: Weight = Field(description="Share of requests with this length, in [0, 1].")
-
-
-class TokenLengths(Section):
-    """A length distribution: a mean (optionally with a p90), or weighted points."""
-
-    mean: TokensFloat | None = Field(None, description="Mean length in tokens.")
-    p90: TokensFloat | None = Field(None, description="90th-percentile length in tokens (>= mean).")
-    points: tuple[TokenPoint, ...] | None = Field(None, min_length=1, description=(
-        "Weighted lengths; weights sum to 1."))
-
-    @model_validator(mode="after")
-    def _one_form(self) -> TokenLengths:
-        if (self.mean is None) == (self.points is None):
-            raise ValueError("give either mean (with an optional p90) or points, not both or neither")
-        if self.p90 is not None and (self.mean is None or self.p90 < self.mean):
-            _fail_at(("p90",), f"must be >= mean ({self.mean}) (got {self.p90})", self.p90)
-        if self.points is not None:
-            try:
-                _check_weights([p.weight for p in self.points])
-            except ValueError as exc:
-                _fail_at(("points",), str(exc), None)
-        return self
-
-    def expected(self) -> float:
-        """Mean length in tokens."""
-        if self.mean is not None:
-            return self.mean
-        assert self.points is not None
-        return sum(p.value * p.weight for p in self.points)
-
-
-class ConcurrencyBucket(Section):
-    """A share of decode steps run at one batch size (batch_size) or a range of them (min, max)."""
-
-    model_config = ConfigDict(populate_by_name=True)
-
-    batch_size: Batch | None = Field(None, description="A single batch size.")
-    min_batch: Batch | None = Field(None, alias="min", description="Smallest batch size of the range.")
-    max_batch: Batch | None = Field(None, alias="max", description="Largest batch size of the range.")
-    weight: Weight = Field(description="Share of decode steps in this bucket, in [0, 1].")
-
-    @model_validator(mode="after")
-    def _one_form(self) -> ConcurrencyBucket:
-        lo, hi = self.min_batch, self.max_batch
-        single = self.batch_size is not None
-        if single == (lo is not None or hi is not None) or (not single and (lo is None or hi is None)):
-            raise ValueError("give either batch_size, or both min and max")
-        if lo is not None and hi is not None and lo > hi:
-            _fail_at(("max",), f"must be >= min ({lo}) (got {hi})", hi)
-        return self
-
-    @property
-    def low(self) -> int:
-        return self.batch_size or self.min_batch or 1  # one form is guaranteed by _one_form
-
-    @property
-    def high(self) -> int:
-        return self.batch_size or self.max_batch or 1
-
-
-class TemperaturePoint(Section):
-    """One sampling temperature and its share of requests."""
-
-    value: Annotated[float, Field(strict=True, ge=0, le=2)] = Field(description=(
-        "Temperature in [0, 2]; 0 is greedy."))
-    weight: Weight = Field(description="Share of requests at this temperature, in [0, 1].")
-
-
-class TrafficSpec(Section):
-    """What the requests look like."""
-
-    task_mix: dict[TaskType, Weight] = Field(min_length=1, description=(
-        "Share of requests per task type (" + ", ".join(TASK_TYPES) + "); values in [0, 1] summing "
-        "to 1. Task types left out count as 0."))
-    prompt_tokens: TokenLengths = Field(description="Prompt length distribution.")
-    output_tokens: TokenLengths = Field(description="Output length distribution.")
-    concurrency: tuple[ConcurrencyBucket, ...] = Field(min_length=1, description=(
-        "Distribution of the running batch size: buckets of {batch_size, weight} or {min, max, weight}, "
-        "not overlapping, weights summing to 1."))
-    temperature: tuple[TemperaturePoint, ...] = Field(min_length=1, description=(
-        "Distribution of sampling temperatures: a list of {value, weight}, weights summing to 1."))
-
-    @field_validator("task_mix")
-    @classmethod
-    def _mix_sums_to_one(cls, value: dict[str, float]) -> dict[str, float]:
-        _check_weights(list(value.values()))
-        return value
-
-    @field_validator("temperature")
-    @classmethod
-    def _temperature_sums_to_one(
-        cls, value: tuple[TemperaturePoint, ...]
-    ) -> tuple[TemperaturePoint, ...]:
-        _check_weights([p.weight for p in value])
-        return value
-
-    @field_validator("concurrency")
-    @classmethod
-    def _buckets_valid(cls, value: tuple[ConcurrencyBucket, ...]) -> tuple[ConcurrencyBucket, ...]:
-        _check_weights([b.weight for b in value])
-        ordered = sorted(value, key=lambda b: b.low)
-        for prev, cur in zip(ordered, ordered[1:], strict=False):
-            if cur.low <= prev.high:
-                raise ValueError(f"buckets overlap: {prev.low}-{prev.high} and {cur.low}-{cur.high}")
-        return value
-
-    def task_weights(self) -> dict[str, float]:
-        """Share of every task type, 0.0 for the ones the profile leaves out."""
-        return {t: float(self.task_mix.get(t, 0.0)) for t in TASK_TYPES}  # type: ignore[call-overload]
-
-
-# --------------------------------------------------------------------------- slo, drafters
+# --------------------------------------------------------------------------- slo
 
 class SloSpec(Section):
     """Latency targets; a recommendation that would break one is rejected. All optional."""
@@ -379,7 +167,7 @@ class ResolvedModelShape:
     """The target's numbers with every default applied; what a cost model needs."""
 
     name: str
-    params: float                # parameter count (not billions)
+    params: float                # parameter count (not billions), all experts of a MoE included
     num_layers: int
     hidden_size: int
     num_attention_heads: int
@@ -390,6 +178,8 @@ class ResolvedModelShape:
     dtype: str
     bytes_per_param: float
     params_estimated: bool       # True when params came from the shape, not from params_b
+    num_experts: int | None = None          # routed experts per layer (MoE); None: dense
+    num_experts_per_tok: int | None = None  # experts each token is routed to (MoE)
 
     def roofline_kwargs(self) -> dict[str, float | int]:
         """The fields ``policies.roofline.ModelShape`` takes, by its names."""
@@ -397,15 +187,28 @@ class ResolvedModelShape:
                 "num_kv_heads": self.num_kv_heads, "head_dim": self.head_dim,
                 "vocab_size": self.vocab_size, "bytes_per_param": self.bytes_per_param}
 
+    def weights_gib(self, devices: int = 1) -> float:
+        """The weights' memory per accelerator when sharded over ``devices``, GiB."""
+        return self.params * self.bytes_per_param / devices / 2**30
+
+
+# Defaults of whole sections, and why: listed when the profile leaves the section out.
+_SECTION_DEFAULTS = {
+    "slo": ("none", "no latency targets; give slo.itl_p99_ms, ttft_ms or itl_p50_ms to hold the plan to them"),
+    "drafters": ("none", "no draft model and no trained heads, so only strategies that need none can be "
+                 "chosen; list what you have under drafters"),
+}
+_ORDER = ("name", "model", "hardware", "engine", "traffic", "slo", "drafters", "memory_headroom_gib")
+
 
 class WorkloadProfile(Section):
     """A serving workload: model, hardware, engine, traffic, SLOs and available drafters."""
 
-    name: Name = Field(description="Short identifier of this workload, for reports.")
+    name: Name = Field(description="Short identifier of this workload, for reports. Default: the file's name.")
     description: str = Field("", description="Free text: what is served, to whom.")
-    model: ModelSpec = Field(description="The target model.")
-    hardware: HardwareSpec = Field(description="Accelerators the target runs on.")
-    engine: EngineSpec = Field(description="Serving engine and version.")
+    model: ModelSpec = Field(description="The target model: a catalog name, a Hugging Face folder, or its shape.")
+    hardware: HardwareSpec = Field(description="Accelerators the target runs on, e.g. `H100` or `4x h100-sxm`.")
+    engine: EngineSpec = Field(description="Serving engine and version, e.g. `vllm`.")
     traffic: TrafficSpec = Field(description="Request mix, lengths, concurrency and temperature.")
     # Frozen sections are safe to share as defaults.
     slo: SloSpec = Field(SloSpec.model_validate({}), description="Latency targets (optional).")
@@ -413,7 +216,51 @@ class WorkloadProfile(Section):
         "Drafters available, or trainable within the budget."))
     memory_headroom_gib: NonNegFloat = Field(description=(
         "Free memory per accelerator, GiB, that drafts or heads may use (after weights and the KV "
-        "cache you want to keep)."))
+        f"cache you want to keep). Default: {HEADROOM_SHARE:.0%} of one accelerator's memory, at most "
+        "what the target's weights leave free."))
+    _defaults: tuple[AppliedDefault, ...] = PrivateAttr(())
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _apply_defaults(cls, data: Any, handler: Any, info: ValidationInfo) -> WorkloadProfile:
+        """Fill the top-level defaults; collect every default the sections applied (through the
+        validation context, when the caller passes one: ``load_profile`` does)."""
+        if not isinstance(data, dict):
+            return handler(data)  # type: ignore[no-any-return]
+        ctx = info.context if isinstance(info.context, dict) else None
+        if ctx is not None:
+            ctx.setdefault(ASSUMED_KEY, [])
+        data = dict(data)
+        if "name" not in data:
+            stem = Path(str(ctx.get("file"))).stem if ctx and ctx.get("file") else "workload"
+            data["name"] = stem
+            _record(info, "name", stem, "the profile file's name")
+        for section, (value, why) in _SECTION_DEFAULTS.items():
+            if section not in data:
+                _record(info, section, value, why)
+        headroom_missing = "memory_headroom_gib" not in data
+        if headroom_missing:
+            data["memory_headroom_gib"] = 0.0  # replaced below, once the model and hardware are known
+        profile: WorkloadProfile = handler(data)
+        if headroom_missing:
+            weights = profile.model_shape().weights_gib(profile.hardware.count)
+            memory = profile.hardware.spec.memory_gib
+            headroom = round(max(0.0, min(HEADROOM_SHARE * memory, memory - weights)), 1)
+            profile = profile.model_copy(update={"memory_headroom_gib": headroom})
+            _record(info, "memory_headroom_gib", headroom,
+                    f"{HEADROOM_SHARE:.0%} of one {profile.hardware.gpu}'s {memory:g} GiB, at most what the "
+                    f"target's {weights:.1f} GiB of weights per accelerator leave; give memory_headroom_gib "
+                    "for the room your KV cache really leaves")
+        if ctx is not None:
+            found = ctx[ASSUMED_KEY]
+            profile._defaults = tuple(sorted(found, key=lambda d: _ORDER.index(d.field.split(".")[0])))
+        return profile
+
+    @property
+    def defaults_applied(self) -> tuple[AppliedDefault, ...]:
+        """Every value the profile left out and the loader supplied, in profile order (filled by
+        :func:`load_profile`, or by ``model_validate(data, context={})``)."""
+        return self._defaults
 
     def model_shape(self) -> ResolvedModelShape:
         """The target's resolved numbers (defaults applied, params estimated when not given)."""
@@ -424,26 +271,66 @@ class WorkloadProfile(Section):
         if m.params_b is not None:
             params = m.params_b * 1e9
         else:
-            assert m.intermediate_size is not None  # likewise guaranteed
-            params = float(estimate_params(layers, hidden, heads, kv, head_dim, vocab,
-                                           m.intermediate_size, tied=bool(m.tie_word_embeddings)))
+            inner = m.intermediate_size or m.expert_intermediate_size
+            assert inner is not None  # likewise guaranteed
+            params = float(estimate_params(layers, hidden, heads, kv, head_dim, vocab, inner,
+                                           tied=bool(m.tie_word_embeddings), num_experts=m.num_experts,
+                                           expert_intermediate_size=m.expert_intermediate_size))
         return ResolvedModelShape(m.name, params, layers, hidden, heads, kv, head_dim, vocab,
                                   m.intermediate_size, m.dtype, BYTES_PER_PARAM[m.dtype],
-                                  params_estimated=m.params_b is None)
+                                  params_estimated=m.params_b is None, num_experts=m.num_experts,
+                                  num_experts_per_tok=m.num_experts_per_tok)
 
 
 def load_profile(path: str | os.PathLike[str]) -> WorkloadProfile:
-    """Load and validate a profile; any problem raises one :class:`UserError` line naming the file."""
-    name = str(path)
-    data = load_yaml_mapping(path)
-    context = {"base_dir": Path(path).parent, "file": name}
+    """Load and validate a profile; every problem is one :class:`UserError` line naming the file."""
+    return profile_from_data(load_yaml_mapping(path), file=str(path))
+
+
+def profile_from_data(data: dict[str, Any], *, file: str) -> WorkloadProfile:
+    """Validate a profile's parsed YAML as the file ``file`` (paths in it are relative to its folder;
+    errors name it; its defaults are recorded in ``defaults_applied``)."""
+    context = {"base_dir": Path(file).parent, "file": file}
     try:
         return WorkloadProfile.model_validate(data, context=context)
     except ValidationError as exc:
-        raise user_error_from_validation(exc, file=name, root=WorkloadProfile) from None
+        raise user_error_from_validation(exc, file=file, root=WorkloadProfile) from None
+
+
+# Sections a profile may write as one string (`model: NAME`, `hardware: H100`, `engine: vllm`) and
+# fields it may write as one number or name: the schema offers both forms.
+_SHORT_SECTIONS = {"ModelSpec": "a catalog name or a Hugging Face folder / config.json path",
+                   "HardwareSpec": "an accelerator name, optionally with a count: `H100`, `4x h100-sxm`",
+                   "EngineSpec": "the engine's name, with the default version"}
+_SHORT_FIELDS = {("TrafficSpec", "concurrency"): {"type": "integer", "minimum": 1, "maximum": 65536},
+                 ("TrafficSpec", "temperature"): {"type": "number", "minimum": 0, "maximum": 2},
+                 ("TrafficSpec", "task_mix"): {"enum": list(TASK_TYPES)},
+                 ("TokenLengths", None): {"type": "number", "exclusiveMinimum": 0, "maximum": 10_000_000}}
 
 
 def workload_json_schema() -> dict[str, Any]:
-    """JSON Schema (draft 2020-12) of a profile, with every field's description."""
+    """JSON Schema (draft 2020-12) of a profile, with every field's description and short forms."""
     schema = WorkloadProfile.model_json_schema(by_alias=True)
+    defs = schema["$defs"]
+    for props in [schema["properties"], *(d.get("properties", {}) for d in defs.values())]:
+        for key, prop in list(props.items()):
+            ref = prop.get("$ref", "").removeprefix("#/$defs/")
+            if ref in _SHORT_SECTIONS:
+                props[key] = {"description": prop.get("description", ""), "anyOf": [
+                    {"type": "string", "minLength": 1, "description": _SHORT_SECTIONS[ref]}, {"$ref": prop["$ref"]}]}
+    for (model, field), short in _SHORT_FIELDS.items():
+        if field is None:  # a whole model may be one number: offered where it is referenced
+            continue
+        prop = defs[model]["properties"][field]
+        props_desc = prop.pop("description", "")
+        defs[model]["properties"][field] = {"description": props_desc, "anyOf": [short, prop]}
+    tokens = _SHORT_FIELDS[("TokenLengths", None)]
+    for field in ("prompt_tokens", "output_tokens"):
+        prop = defs["TrafficSpec"]["properties"][field]
+        desc, default = prop.pop("description", ""), prop.pop("default", None)
+        defs["TrafficSpec"]["properties"][field] = {"description": desc, "anyOf": [tokens, prop],
+                                                   **({"default": default} if default is not None else {})}
+    # Required to the model, filled by the loader when left out (see WorkloadProfile._apply_defaults).
+    for node, keys in ((schema, ("name", "memory_headroom_gib")), (defs["EngineSpec"], ("version",))):
+        node["required"] = [k for k in node.get("required", []) if k not in keys]
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}

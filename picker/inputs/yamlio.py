@@ -18,8 +18,8 @@ alias expanded before anything is constructed, and refused above ``MAX_NODES`` n
 nodes: PyYAML shares aliased nodes, so loading them is cheap, but anything that then walks the
 data (validation, printing, json.dumps) does the full expansion.
 
-Pydantic's reports are turned into the same one-line form by :func:`user_error_from_validation`
-(``file: dotted.field[0].path: message``, listing allowed values and allowed field names), and
+Pydantic's reports are turned into the same form by :func:`user_error_from_validation`, one line
+per problem (``file: dotted.field[0].path: message``, listing allowed values and field names), and
 :func:`fail_at` lets a model-level validator blame one field.
 """
 
@@ -40,7 +40,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from yaml.constructor import ConstructorError
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from picker.errors import UserError
+from picker.errors import UserError, UserErrors
 
 MAX_BYTES = 1 << 20           # 1 MiB: a workload profile is a few KiB; anything bigger is a mistake
 MAX_NODES = 100_000           # expanded YAML nodes; a profile has a few hundred
@@ -263,15 +263,40 @@ def fail_at(loc: tuple[str | int, ...], message: str, value: object) -> NoReturn
     Use it in a model-level validator when the fault belongs to one field, so the reported path
     names that field instead of the whole section.
     """
-    detail = InitErrorDetails(type=PydanticCustomError("value_error", message), loc=loc, input=value)
-    raise ValidationError.from_exception_data("profile", [detail])
+    fail_at_many([(loc, message, value)])
+
+
+def fail_at_many(problems: list[tuple[tuple[str | int, ...], str, object]]) -> NoReturn:
+    """:func:`fail_at` for several fields at once: each ``(loc, message, value)`` is its own error."""
+    details = [InitErrorDetails(type=PydanticCustomError("value_error", message), loc=loc, input=value)
+               for loc, message, value in problems]
+    raise ValidationError.from_exception_data("profile", details)
 
 
 def user_error_from_validation(
     exc: ValidationError, *, file: str | None, root: type[BaseModel]
 ) -> UserError:
-    """Turn pydantic's report into one line: the dotted path of the first error and what is allowed."""
-    err = exc.errors(include_url=False)[0]
+    """Turn pydantic's report into one line per problem: the dotted path and what is allowed.
+
+    One problem gives a :class:`UserError`, several a :class:`UserErrors` (all of them, in the order
+    pydantic found them, repeated lines dropped), so the user fixes everything in one pass.
+    """
+    errors: list[UserError] = []
+    seen: set[str] = set()
+    found = exc.errors(include_url=False)
+    for err in found:
+        loc = tuple(err["loc"])
+        if err["type"] == "too_short" and any(tuple(o["loc"])[:len(loc)] == loc and len(o["loc"]) > len(loc)
+                                              for o in found):
+            continue  # a list emptied by its own items' errors: those errors say it
+        one = _one_error(err, file=file, root=root)
+        if str(one) not in seen:
+            seen.add(str(one))
+            errors.append(one)
+    return errors[0] if len(errors) == 1 else UserErrors(errors)
+
+
+def _one_error(err: Any, *, file: str | None, root: type[BaseModel]) -> UserError:
     loc, kind, value = tuple(err["loc"]), err["type"], err.get("input")
     ctx: dict[str, Any] = err.get("ctx") or {}
     if kind == "literal_error":

@@ -71,10 +71,28 @@ def feasibility(plugin: StrategyPlugin, profile: WorkloadProfile, target: ModelS
             return False, [f"needs drafters.{caps.artifact}, which the profile does not provide"]
         notes.append(f"needs {caps.artifact.replace('_', ' ')} trained first (training budget "
                      f"{d.training_budget_gpu_hours:g} GPU-hours)")
-    need = artifact_memory_gib(caps, profile, target)
-    if need > profile.memory_headroom_gib:
-        return False, [f"needs {need:.1f} GiB per accelerator, headroom is {profile.memory_headroom_gib:g} GiB"]
+    short = memory_shortfall(artifact_memory_gib(caps, profile, target), profile.memory_headroom_gib, "headroom")
+    if short is not None:
+        return False, [short]
     return True, notes
+
+
+def memory_shortfall(need_gib: float, have_gib: float, what: str) -> str | None:
+    """Why ``need_gib`` per accelerator does not fit in ``have_gib`` (named ``what``); None when it fits."""
+    if need_gib <= have_gib:
+        return None
+    return f"needs {need_gib:.1f} GiB per accelerator, {what} is {have_gib:g} GiB"
+
+
+def engine_support(caps: Capabilities, engine: str, tree: bool) -> str | None:
+    """Why ``engine`` cannot run the strategy (as a tree when ``tree``); None when it can."""
+    if caps.engines.get(engine) is None:
+        return f"{engine} has no algorithm for it"
+    if tree and not ENGINE_VERIFIES_TREES.get(engine, False):
+        return f"{engine} verifies chains only"
+    if tree and engine in caps.chain_only_engines:
+        return f"{engine}'s algorithm for it drafts chains only"
+    return None
 
 
 def options_for(profile: WorkloadProfile, plugins: dict[str, StrategyPlugin], target: ModelShape) -> list[Option]:
@@ -83,15 +101,8 @@ def options_for(profile: WorkloadProfile, plugins: dict[str, StrategyPlugin], ta
     for plugin in plugins.values():
         caps = plugin.capabilities
         feasible, notes = feasibility(plugin, profile, target)
-        supported = caps.engines.get(profile.engine.name) is not None
-        if not supported:
-            notes = [*notes, f"{profile.engine.name} has no algorithm for it"]
-        trees_ok = (ENGINE_VERIFIES_TREES.get(profile.engine.name, False)
-                    and profile.engine.name not in caps.chain_only_engines)
         for config in configs_for(caps, artifact_heads(caps, profile)):
-            if config.is_tree and supported and not trees_ok:
-                chains_only = f"{profile.engine.name} verifies chains only"
-                out.append(Option(plugin, config, feasible, False, (*notes, chains_only)))
-                continue
-            out.append(Option(plugin, config, feasible, supported, tuple(notes)))
+            why_not = engine_support(caps, profile.engine.name, config.is_tree)
+            out.append(Option(plugin, config, feasible, why_not is None,
+                              (*notes, why_not) if why_not else tuple(notes)))
     return out
