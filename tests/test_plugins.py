@@ -143,6 +143,8 @@ def test_a_hook_naming_something_not_callable_fails_when_resolved() -> None:
 def test_every_field_of_the_contract_is_documented() -> None:
     from dataclasses import fields
 
-    for cls in (StrategyPlugin, DraftOptions):
+    from picker.engine.deploy import DeployRequest, EngineConfig
+
+    for cls in (StrategyPlugin, DraftOptions, DeployRequest, EngineConfig):
         missing = [f.name for f in fields(cls) if f"``{f.name}" not in (cls.__doc__ or "")]  # ``x`` or ``x(...)``
         assert not missing, f"{cls.__name__}: undocumented {missing}"

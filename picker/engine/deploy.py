@@ -90,13 +90,15 @@ class Unsupported(Exception):  # noqa: N818 -- read as "raise Unsupported(why)"
 class DeployRequest:
     """A decision, as one engine's hook sees it.
 
-    ``algorithm`` is the engine's own name for the strategy (``Capabilities.engines``). ``depth`` is
+    ``engine`` and ``version``: the engine and the version its config is written for (the profile's,
+    or the pinned one). ``algorithm`` is the engine's own name for the strategy
+    (``Capabilities.engines``). ``depth`` is
     the chain length or the tree depth; ``topk`` > 1 makes a tree of ``tree_tokens`` verified tokens
     (the root included, SGLang's count); a chain has ``topk`` 1. ``artifact`` is where what the
     strategy declares in ``Capabilities.artifact`` lies (a path, a hub id, or a placeholder);
     ``artifact_info`` the profile's ``drafters.<artifact>`` entry as plain data (e.g. a module
     count). ``choices`` is a Medusa-style tree as rank paths, when the decision has one.
-    ``verifies_trees`` is the engine's own fact.
+    ``verifies_trees`` is the engine's own fact. ``target`` is the profile's model name.
     """
 
     engine: str
