@@ -53,10 +53,10 @@ from tests.conformance.harness import (
 PROMPT = "x = 1\ny = 2\nz = 3\nx = 1\ny = 2\nz = 3\nx = 1\ny ="
 DEPTH, K, PLANTED_K, SLOW_K, GREEDY = 3, 1000, 600, 60_000, 24
 BATCH = 4  # the concurrency of the batched draws
-# Where the control has power (drafts carrying real probability under q): a chain with sampled p,
-# a deterministic chain and a deterministic tree. Lookahead's window rarely hits this context (p = 0.83
-# with the bug planted, measured), so it is not among them.
-PLANTED = ("vanilla", "ngram", "suffix")
+# Where the control has power (drafts carrying real probability under q): chains with sampled p (a
+# draft model, MTP modules), a deterministic chain and a deterministic tree. Lookahead's window rarely
+# hits this context (p = 0.83 with the bug planted, measured), so it is not among them.
+PLANTED = ("vanilla", "ngram", "suffix", "mtp")
 # Fixed seeds make each test deterministic; 1e-4 keeps a correct strategy from failing by chance
 # (7 strategies x 1 test) while the planted bug sits many orders of magnitude below (1e-6 asserted).
 NULL_LEVEL = 1e-4
