@@ -70,6 +70,10 @@ class Capabilities:
     # Engines that verify trees but whose algorithm for this strategy drafts chains (TensorRT-LLM's
     # suffix automaton for `suffix`): a tree of this strategy is not deployable there.
     chain_only_engines: tuple[str, ...] = ()
+    # Engines whose algorithm only approximates this strategy: its config is emitted (and says how it
+    # differs), but the strategy's priors describe the strategy, not the approximation, so a plan
+    # for that engine does not rest on them.
+    approximate_engines: tuple[str, ...] = ()
 
 
 # A hook is named as ``"module:attr"`` (imported on first use, so that `specpick recommend` never
@@ -195,6 +199,7 @@ class StrategyPlugin:
                 "artifact": caps.artifact,
                 "engines": dict(caps.engines),
                 "chain_only_engines": list(caps.chain_only_engines),
+                "approximate_engines": list(caps.approximate_engines),
             },
             "draft_options": self.draft_options.to_dict(),
             "hooks": {"make_drafter": hook_name(self.make_drafter), "train_heads": hook_name(self.train_heads),

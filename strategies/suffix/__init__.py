@@ -24,7 +24,9 @@ PLUGIN = StrategyPlugin(
     capabilities=Capabilities(deterministic_draft=True, tree=True, draft_cost="cpu_lookup",
                               engines={"sglang": "NGRAM", "vllm": "suffix", "tensorrt_llm": "SA",
                                        "llama_cpp": "ngram-cache"},
-                              chain_only_engines=("tensorrt_llm",)),  # SA drafts one chain (llm_args.py)
+                              chain_only_engines=("tensorrt_llm",),  # SA drafts one chain (llm_args.py)
+                              # Only vLLM runs Suffix Decoding itself (Arctic Inference's).
+                              approximate_engines=("sglang", "tensorrt_llm", "llama_cpp")),
     make_drafter="strategies.suffix.drafter:make_drafter",
     # num_draft_tokens caps the tree's nodes (the root not counted); max_depth and topk bound its shape.
     draft_options=DraftOptions(length="num_draft_tokens", depth="max_depth", topk="topk"),
