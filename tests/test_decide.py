@@ -41,7 +41,7 @@ def test_larger_batches_predict_less(tmp_path: Path) -> None:
 
 def test_no_drafters_and_no_lookup_means_off(tmp_path: Path) -> None:
     path = _variant(tmp_path, "code-assistant-8b-a100.yaml",
-                    drafters={"allow_ngram": False, "allow_lookahead": False})
+                    drafters={"allow_ngram": False, "allow_lookahead": False, "disabled": ["suffix"]})
     rec = recommend(load_profile(path)).recommendation
     assert rec.decision.strategy == "none"
     assert rec.decision.batch_schedule[0].num_speculative_tokens == 0

@@ -21,6 +21,7 @@ import yaml
 from typer.testing import CliRunner
 
 from picker.cli.main import app
+from picker.engine.plugins import load_strategies
 
 ROOT = Path(__file__).resolve().parents[1]
 LEVELS = (1, 2, 4)
@@ -51,7 +52,7 @@ def zoo_load(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
                     "concurrency": [{"batch_size": 1, "weight": 0.05}, {"min": 2, "max": 4, "weight": 0.05},
                                     {"min": 16, "max": 64, "weight": 0.9}],
                     "temperature": [{"value": 0.0, "weight": 1.0}]},
-        "drafters": {"disabled": ["ngram", "lookahead", "vanilla", "eagle3"],
+        "drafters": {"disabled": [n for n in load_strategies() if n != "medusa"],
                      "medusa_heads": {"path": str(artifacts["medusa_heads"]), "num_heads": 2}},
         "memory_headroom_gib": 100,
     }
@@ -187,8 +188,8 @@ def test_the_schedule_follows_the_measurement_inside_and_says_model_outside(zoo_
     # TensorRT-LLM runs Medusa at one length at every batch (no draft_len_schedule for it): the rows
     # then also split where the predicted speedup crosses 1x, and a losing level stays on, saying so.
     engine = prof.engine.name
-    fixed = not runs_batch_schedule(engine, load_strategies()["medusa"].capabilities.engines[engine] or "",
-                                    rec.decision.tree.topk if rec.decision.tree else 1)
+    fixed = not runs_batch_schedule(engine, load_strategies()["medusa"], rec.decision.tree.topk if rec.decision.tree else 1,
+                                    prof.engine.version)
     for r in rows:
         inside = r.max_batch is not None and r.max_batch <= LEVELS[-1]
         assert r.step_cost == ("measured" if inside else "model"), r
@@ -229,7 +230,7 @@ def _live(tmp_path: Path, gains: dict[int, float] = LIVE_GAINS) -> tuple[Path, P
     """The shipped code-assistant deployment with prompt lookup only, and a vLLM summary of that
     deployment measured at three levels (every chain length 1..8, gains falling below 1 at 4)."""
     prof = yaml.safe_load((ROOT / "profiles" / "code-assistant-8b-a100.yaml").read_text())
-    prof["drafters"] = {"disabled": ["eagle3", "medusa", "vanilla", "lookahead"]}
+    prof["drafters"] = {"disabled": [n for n in load_strategies() if n != "ngram"]}
     profile = tmp_path / "ngram.yaml"
     profile.write_text(yaml.safe_dump(prof))
     prov = {"model": {"name": prof["model"]["name"]}, "backend": "vllm", "engine": "vllm",

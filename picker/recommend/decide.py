@@ -142,19 +142,24 @@ def rollout(strategy: str, break_even: float, accept_length: float, itl_p99: flo
 
 
 def _engine_configs(table: ScoredTable, chosen: Scored, schedule: list[BatchRange]) -> dict:
-    d = table.profile.drafters
+    """Each engine's config from the chosen strategy's own hooks; the profile's engine at its version."""
+    profile = table.profile
     art = chosen.caps.artifact
-    spec = getattr(d, art, None) if art else None
+    spec = getattr(profile.drafters, art, None) if art else None
     path = None
     if art is not None:
         path = (getattr(spec, "path", None) or getattr(spec, "name", None)) if spec else f"<trained {art}>"
+        if getattr(spec, "builtin", False):
+            path = profile.model.name  # the artifact is part of the target checkpoint
     # Rows split only where the step cost's source changes are one range to an engine.
     sched = [ScheduleEntry(lo, hi, k) for lo, hi, k in
              merge_schedule([(r.max_batch or BATCH_GRID[-1], r.num_speculative_tokens) for r in schedule])]
     c = chosen.config
     return build_engine_configs(
-        strategy=chosen.plugin.name, engines=chosen.caps.engines, num_speculative_tokens=c.depth,
-        tree=(c.depth, c.topk, c.num_draft_tokens), schedule=sched, draft_path=path)
+        strategy=chosen.plugin.name, plugin=chosen.plugin, num_speculative_tokens=c.depth,
+        tree=(c.depth, c.topk, c.num_draft_tokens), schedule=sched, draft_path=path,
+        versions={profile.engine.name: profile.engine.version}, target=profile.model.name,
+        artifact_info=spec.model_dump(exclude_none=True) if spec is not None else None)
 
 
 def _evidence(table: ScoredTable, chosen: Scored | None) -> Evidence:
@@ -222,7 +227,7 @@ def _speculation_off(table: ScoredTable, usable: list[Scored], path: str) -> Dec
 def _schedulable(table: ScoredTable, chosen: Scored) -> bool:
     """Whether the profile's engine switches this configuration's draft length by batch size."""
     engine = table.profile.engine.name
-    return runs_batch_schedule(engine, chosen.caps.engines.get(engine) or "", chosen.config.topk)
+    return runs_batch_schedule(engine, chosen.plugin, chosen.config.topk, table.profile.engine.version)
 
 
 def _at_typical(table: ScoredTable, deployed: Deployment) -> tuple[Scored, StepCost, float]:

@@ -88,8 +88,12 @@ def engine_support(caps: Capabilities, engine: str, tree: bool) -> str | None:
     """Why ``engine`` cannot run the strategy (as a tree when ``tree``); None when it can."""
     if caps.engines.get(engine) is None:
         return f"{engine} has no algorithm for it"
+    if engine in caps.approximate_engines:
+        return f"{engine} runs only an approximation of it ({caps.engines[engine]}), which its priors do not describe"
     if tree and not ENGINE_VERIFIES_TREES.get(engine, False):
         return f"{engine} verifies chains only"
+    if tree and engine in caps.chain_only_engines:
+        return f"{engine}'s algorithm for it drafts chains only"
     return None
 
 

@@ -154,7 +154,7 @@ def score(profile: WorkloadProfile, index: EvidenceIndex, costs: CostSource, opt
     leaders = ranked(rows)
     if leaders and leaders[0].mean >= NOT_WORTH_IT:  # else speculation stays off: the workload is all it reads
         lead, engine = leaders[0], profile.engine.name
-        by_range = runs_batch_schedule(engine, lead.caps.engines.get(engine) or "", lead.config.topk)
+        by_range = runs_batch_schedule(engine, lead.plugin, lead.config.topk, profile.engine.version)
         members = [r.option for r in family(rows, lead)]
         more, more_corr = bucket_speedups(index, costs, _grid_pairs(index, lead, members, bs, by_range), policy)
         per.update(more)
