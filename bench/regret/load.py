@@ -24,13 +24,13 @@ runs when speculation is turned on).
           --temperatures 0,1 --concurrency 1,4,16 --limit-per-task 16 --max-new-tokens 32 --seed 1 \\
           --out runs/prof-load
     $ python -m bench.regret.load --sweep runs/sweep-load --profile runs/prof-load --out runs/regret-load
-    $ python -m bench.regret.load ... --calibration bench/load/zoo-ci-cpu-calibration-2026-12-03.json
+    $ python -m bench.regret.load ... --calibration tests/data/zoo-ci-cpu-calibration-2026-12-03.json
 
 Without ``--calibration`` the steps the measurements do not cover are priced on the zoo profile's
 engine label's curve (``tensorrt_llm``, shipped GPU constants: see ``bench.regret.data``). With a
 calibration of the reference loop itself (``specpick calibrate --device cpu``, engine ``hf``)
 they are priced on that engine's curve with every constant of the file, sampling's host terms at
-T > 0 included: the curve ``bench.load.measured`` checks against the reference engine's measured
+T > 0 included: the curve ``specpick check-load`` checks against the reference engine's measured
 load curves.
 """
 

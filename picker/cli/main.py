@@ -12,14 +12,27 @@ from __future__ import annotations
 
 import typer
 
-from picker.cli import calibrate, catalog, estimate, generate, init, models, profile, recommend, report, sweep
+from picker.cli import (
+    calibrate,
+    catalog,
+    check_load,
+    estimate,
+    generate,
+    init,
+    models,
+    profile,
+    recommend,
+    report,
+    sweep,
+)
 from picker.zoo import cli as zoo_cli
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="Measure speculative decoding, pick a strategy, emit engine configs.")
 
 for command in (init.init, init.check, recommend.recommend, estimate.estimate, catalog.schema, catalog.strategies,
-                generate.generate, profile.profile, sweep.sweep, calibrate.calibrate, report.report):
+                generate.generate, profile.profile, sweep.sweep, calibrate.calibrate, check_load.check_load,
+                report.report):
     app.command()(command)
 app.add_typer(zoo_cli.app, name="zoo")
 app.add_typer(models.app, name="models")
