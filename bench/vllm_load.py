@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench.regret.data import GridKey
+from picker.recommend.sweep_data import GridKey
 from bench.regret.vllm import emitted, serving
 
 

@@ -68,7 +68,7 @@ def plan(regret: dict[str, Any]) -> dict[tuple[str, float], dict[str, CellKey]]:
 def reuse(log: RecordLog, earlier: Path, todo: dict[tuple[str, float], dict[str, CellKey]],
           prompt_ids: dict[str, set[str]]) -> list[str]:
     """Copy ``earlier``'s records of the workloads whose configurations are unchanged and complete."""
-    from bench.regret.data import records_by_workload
+    from picker.recommend.sweep_data import records_by_workload
 
     by_workload = records_by_workload(earlier)
     done, have = [], log.done()

@@ -29,7 +29,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench.regret.data import GridKey, load_sweeps
+from picker.recommend.sweep_data import GridKey, load_sweeps
 from picker.profiler.records import Record
 
 Totals = dict[str, tuple[float, float]]  # prompt id -> (tokens, wall seconds)

@@ -47,7 +47,7 @@ from typing import Any
 
 import yaml
 
-from bench.regret.data import zoo_profile_data
+from picker.recommend.sweep_data import zoo_profile_data
 from picker.engine.plugins import load_strategies
 from picker.inputs.measurements import Measurements, load_measurements, parse_tree_label
 from picker.inputs.workload import WorkloadProfile, load_profile

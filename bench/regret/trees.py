@@ -18,7 +18,7 @@ import argparse
 import statistics
 from pathlib import Path
 
-from bench.regret.data import load_sweeps
+from picker.recommend.sweep_data import load_sweeps
 from picker.engine.plugins import load_strategies
 from picker.inputs.measurements import Measurements
 from picker.profiler.summary import build_summary

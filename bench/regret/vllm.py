@@ -35,7 +35,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from bench.regret.data import GridKey
+from picker.recommend.sweep_data import GridKey
 from bench.regret.vllm_profile import (
     PROFILE_CONFIGS,
     cells_from_rows,
@@ -71,8 +71,9 @@ def choices(regret: dict[str, Any], workloads: list[tuple[str, float]]) -> dict[
     fitted leave-one-task-out exactly as ``regret.py`` does."""
     from threadpoolctl import threadpool_limits
 
-    from bench.regret.data import load_profile_records, load_sweeps, probe_records
-    from bench.regret.policy import decide, draft_kinds, fit, prepare
+    from picker.recommend.sweep_data import load_profile_records, load_sweeps, probe_records
+    from bench.regret.policy import decide
+    from picker.recommend.policy_fit import draft_kinds, fit, prepare
 
     data = load_sweeps([Path(s) for s in regret["sweeps"]], [Path(s) for s in regret.get("replicates", [])])
     profiled = load_profile_records([Path(p) for p in regret["profile"]]) if regret["profile"] else {}

@@ -23,7 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from bench.regret.data import GridKey
+from picker.recommend.sweep_data import GridKey
 from picker.profiler.records import PLAIN, CellKey
 from picker.profiler.summary import build_summary
 from picker.profiler.vllm import PER_POS, Metrics, wave_record
@@ -78,8 +78,9 @@ def decide_on_vllm(regret: dict[str, Any], cells: list[dict[str, Any]], workload
                    served: set[str]) -> dict[str, dict[str, Any]]:
     """Per workload: the analytic policy's choice among the served grid with vLLM's measured
     acceptance and step costs (no learned correction: its domain is the reference engine)."""
-    from bench.regret.data import load_sweeps
-    from bench.regret.policy import decide, prepare
+    from picker.recommend.sweep_data import load_sweeps
+    from bench.regret.policy import decide
+    from picker.recommend.policy_fit import prepare
     from picker.inputs.measurements import Measurements
 
     data = load_sweeps([Path(s) for s in regret["sweeps"]], [Path(s) for s in regret.get("replicates", [])])

@@ -20,6 +20,7 @@ from picker.cli import (
     generate,
     init,
     models,
+    policy,
     profile,
     recommend,
     report,
@@ -36,6 +37,7 @@ for command in (init.init, init.check, recommend.recommend, estimate.estimate, c
     app.command()(command)
 app.add_typer(zoo_cli.app, name="zoo")
 app.add_typer(models.app, name="models")
+app.add_typer(policy.app, name="policy")
 
 
 def main() -> None:  # pragma: no cover - console entry point
