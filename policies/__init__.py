@@ -8,7 +8,7 @@ touched (``load_policy``, ``SpeedupEstimator``, ``feature_matrix`` ...).
     >>> chain(4).depth, round(chain_length(0.5, 4), 4)
     (4, 1.9375)
 
-Submodules stay importable for the benches and tests that study the internals; the application
+Submodules stay importable for the tests and measurements that study the internals; the application
 layers (``picker.recommend``, ``picker.sdk``) import only from here (tests/test_policies_api.py).
 """
 

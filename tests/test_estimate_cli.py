@@ -67,21 +67,6 @@ def test_the_loop_engine_runs_every_strategy() -> None:
     assert result.exit_code == 0, result.output
 
 
-def test_the_range_is_the_load_curves_held_out_error() -> None:
-    """HELD_OUT_ERROR is the nearest-rank 80th percentile of |error| over the load bench's held-out
-    predictions (bench/load/README.md; no curve constant is fitted on those curves): recomputed here
-    so it cannot go stale."""
-    from bench.load.data import load_points
-    from bench.load.predict import by_curve
-    from bench.load.run import shipped_predictions
-
-    points, _ = load_points()
-    held = shipped_predictions(by_curve(points))
-    errors = sorted(abs(p.error) for p in held)
-    assert len(errors) == 60
-    assert errors[math.ceil(HELD_OUT_SHARE * len(errors)) - 1] == pytest.approx(HELD_OUT_ERROR, abs=0.0015)
-
-
 def test_strategies_wrap_at_80_columns_without_losing_words() -> None:
     result = runner.invoke(app, ["strategies"])
     assert result.exit_code == 0
@@ -101,4 +86,4 @@ def test_estimate_json_states_its_range() -> None:
     data = json.loads(runner.invoke(app, [*EAGLE, "--format", "json"]).stdout)
     rng = data["speedup_range"]
     assert rng["low"] < data["speedup"] < rng["high"] and "held out" in rng["what"]
-    assert Path("bench/load/README.md").name in rng["what"]
+    assert "docs/load-curve.md" in rng["what"]

@@ -122,7 +122,7 @@ def write(theta: Mapping[str, float], path: Path = CONSTANTS_PATH) -> None:
     data = json.loads(path.read_text(encoding="utf-8"))
     for key, value in theta.items():
         data["default"][key] = {"value": float(f"{value:.4g}"), "kind": "fitted",
-                                "source": f"solved by python -m bench.load.checks --write {_WHY[key]}"}
+                                "source": f"solved (docs/load-curve.md) {_WHY[key]}"}
     path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
 
 

@@ -27,7 +27,7 @@ runs when speculation is turned on).
     $ python -m bench.regret.load ... --calibration tests/data/zoo-ci-cpu-calibration-2026-12-03.json
 
 Without ``--calibration`` the steps the measurements do not cover are priced on the zoo profile's
-engine label's curve (``tensorrt_llm``, shipped GPU constants: see ``bench.regret.data``). With a
+engine label's curve (``tensorrt_llm``, shipped GPU constants: see ``picker.recommend.sweep_data``). With a
 calibration of the reference loop itself (``specpick calibrate --device cpu``, engine ``hf``)
 they are priced on that engine's curve with every constant of the file, sampling's host terms at
 T > 0 included: the curve ``specpick check-load`` checks against the reference engine's measured

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from picker.inputs.hardware import Hardware
 
 # How far the load curve's speedups stray from published ones it was not fitted on: 80 % of the 60
-# held-out points of bench/load/README.md (vLLM, gpt-fast and eager-PyTorch runs; no curve constant is
+# held-out published points of docs/load-curve.md (vLLM, gpt-fast and eager-PyTorch runs; no curve constant is
 # fitted on them) lie within this relative error (nearest rank; tests/test_estimate_cli.py recomputes it).
 HELD_OUT_ERROR = 0.155
 HELD_OUT_SHARE = 0.8
@@ -144,7 +144,7 @@ def speedup_range(speedup: float) -> dict[str, Any]:
     turned around: a true value that far from this prediction, either way."""
     return {"low": speedup / (1 + HELD_OUT_ERROR), "high": speedup / (1 - HELD_OUT_ERROR),
             "what": f"{HELD_OUT_SHARE:.0%} of 60 published speedups held out of the load curve's fit were "
-                    f"predicted within {HELD_OUT_ERROR:.1%} (bench/load/README.md); alpha taken as given"}
+                    f"predicted within {HELD_OUT_ERROR:.1%} (docs/load-curve.md); alpha taken as given"}
 
 
 def _not_runnable(strategy: str, caps: Capabilities, engine: str, tree: bool) -> UserError | None:

@@ -15,7 +15,7 @@ from bench.regret.load import PLAIN, cell_key, stats, sweep_gains, what_runs
 from picker.inputs.workload import load_profile
 from picker.recommend.pipeline import recommend
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
