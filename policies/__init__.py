@@ -88,9 +88,9 @@ if TYPE_CHECKING:  # the same names, for type checkers
         eagle_layer_shape,
         medusa_heads_shape,
     )
+    from policies.encoding import feature_matrix
     from policies.estimation import estimate
     from policies.estimator import SpeedupEstimator
-    from policies.encoding import feature_matrix
     from policies.evidence import Candidate, CostEvidence, Evidence
     from policies.loadcurve import engine_curve
     from policies.online import (

@@ -36,8 +36,8 @@ import numpy as np
 import sklearn
 
 from picker.errors import UserError
-from policies.estimator import SpeedupEstimator
 from policies.encoding import FEATURES
+from policies.estimator import SpeedupEstimator
 
 SCHEMA = "specpicker.policy/1"
 PROBE_ROWS = 16

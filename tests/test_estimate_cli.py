@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import math
-from pathlib import Path
-
 import pytest
 from typer.testing import CliRunner
 
-from picker.cli.estimate import HELD_OUT_ERROR, HELD_OUT_SHARE
 from picker.cli.main import app
 from picker.engine.plugins import load_strategies
 from picker.recommend.options import engine_support, memory_shortfall
@@ -37,7 +33,8 @@ def test_a_draft_model_strategy_reads_as_a_draft_model() -> None:
 
 
 @pytest.mark.parametrize("strategy, engine, extra, tree", [
-    ("eagle3", "llama_cpp", [], False), ("lookahead", "vllm", [], False), ("eagle3", "vllm", ["--tree-topk", "4"], True),
+    ("eagle3", "llama_cpp", [], False), ("lookahead", "vllm", [], False),
+    ("eagle3", "vllm", ["--tree-topk", "4"], True),
 ])
 def test_what_the_engine_cannot_run_is_one_line_with_recommends_reason(strategy: str, engine: str, extra: list[str],
                                                                         tree: bool) -> None:

@@ -42,7 +42,8 @@ def _planted_copy(tmp_path: Path) -> Path:
     # The engine reaching up into the CLI: the layers contract names the import and its line.
     ("picker/engine/tree.py", "import picker.cli.main", "picker.engine.tree -> picker.cli.main"),
     # A strategy reading the profiler: the strategies contract.
-    ("strategies/ngram/drafter.py", "import picker.profiler.records", "strategies.ngram.drafter -> picker.profiler.records"),
+    ("strategies/ngram/drafter.py", "import picker.profiler.records",
+     "strategies.ngram.drafter -> picker.profiler.records"),
     # Recommend running a model.
     ("picker/recommend/render.py", "import picker.engine.loop", "picker.recommend.render -> picker.engine.loop"),
     # The package reaching into a benchmark: the no-bench contract.

@@ -1,6 +1,6 @@
 """``specpick check-load`` (``picker.profiler.load_check``): the load curve against a profile's own
-curves prices what the profile measured -- whole waves, the prefill included, at each task's own context, each wave as long as its
-slowest request and its prefill padded to its longest prompt."""
+curves prices what the profile measured -- whole waves, the prefill included, at each task's own
+context, each wave as long as its slowest request and its prefill padded to its longest prompt."""
 
 from __future__ import annotations
 

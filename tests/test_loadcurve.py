@@ -203,7 +203,8 @@ def test_a_model_drafter_pays_its_host_work_per_sequence_per_draft_forward() -> 
                               calibration={own: 1e-4, **others}).draft_seconds
             assert after - before == pytest.approx(batch * forwards * 1e-4), kind
             assert before == step_cost(kind, LLAMA8B, H100, batch, 4, 5, 512, "hf").draft_seconds, kind
-        eager = with_constants(base, **{n: 1e-4 for name in DRAFT_HOST_TERMS.values() for n in (name, f"sampling_{name}")})
+        terms = [n for name in DRAFT_HOST_TERMS.values() for n in (name, f"sampling_{name}")]
+        eager = with_constants(base, **dict.fromkeys(terms, 1e-4))
         for kind in ("cpu_lookup", "in_forward"):
             assert (draft_seconds(kind, LLAMA8B, H100, batch, 4, 1, 512, eager, sampled=True)
                     == draft_seconds(kind, LLAMA8B, H100, batch, 4, 1, 512, base))

@@ -92,8 +92,8 @@ def test_replicate_sweeps_sharpen_labels_only(sweep: Path, replicate: Path) -> N
 
 
 def test_probe_is_relabelled_and_holds_only_short_draft_chains_and_plain(sweep: Path) -> None:
-    from picker.recommend.sweep_data import PROBE_TASK, load_sweeps, probe_records
     from picker.recommend.policy_fit import draft_kinds
+    from picker.recommend.sweep_data import PROBE_TASK, load_sweeps, probe_records
 
     data = load_sweeps([sweep])
     probe = probe_records(data, draft_kinds())
@@ -108,8 +108,8 @@ def test_probe_is_relabelled_and_holds_only_short_draft_chains_and_plain(sweep: 
 def test_profile_runs_are_summarised_against_their_own_plain_baseline(tmp_path: Path) -> None:
     """Two profile folders timed on a machine running at different speeds: each cell's verify ratio
     and speedup are taken against its own run's plain decoding, not the two runs' plain pooled."""
-    from picker.recommend.sweep_data import load_profile_records, measurements_of
     from picker.profiler.records import CellKey, Record
+    from picker.recommend.sweep_data import load_profile_records, measurements_of
 
     def run(folder: Path, strategy: str, step_s: float) -> None:
         """One run: plain at ``step_s`` per step and a chain N = 2 whose verify steps cost 1.2 plain steps."""

@@ -78,7 +78,8 @@ def report(overrides: Mapping[str, float] | None = None) -> str:
     sim_plain, sim_draft = SIM_PLAIN_S, SIM_EAGLE_DRAFT_S
     lines += [f"| plain decode step, Llama-3.1-8B (simulator incl. 1.21 ms fixed) | 1 | {sim_plain * 1e3:.2f} ms "
               f"| {c.plain_seconds * 1e3:.2f} ms |",
-              f"| EAGLE draft, chain of 3 (simulator) | 1 | {sim_draft * 1e3:.2f} ms | {c.draft_seconds * 1e3:.2f} ms |"]
+              f"| EAGLE draft, chain of 3 (simulator) | 1 | {sim_draft * 1e3:.2f} ms "
+              f"| {c.draft_seconds * 1e3:.2f} ms |"]
     return "\n".join(lines) + "\n"
 
 

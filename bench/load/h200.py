@@ -93,7 +93,8 @@ def write(fitted: Mapping[str, float], path: Path = CONSTANTS_PATH) -> None:
            "errors in docs/load-curve.md")
     notes = {
         "layer_latency_s": " (a plain-PyTorch implementation's unfused kernels: a tuned engine's layers may take less; "
-                           "the same value gives vLLM's Qwen3-0.6B draft share: the absolute checks of docs/load-curve.md)",
+                           "the same value gives vLLM's Qwen3-0.6B draft share: the absolute checks of "
+                           "docs/load-curve.md)",
         "verify_layer_s": " (multi-token attention and GEMM kernels: +4-8% of a step at batch 1-8)",
     }
     for key, value in fitted.items():

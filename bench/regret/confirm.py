@@ -61,7 +61,8 @@ def plan(regret: dict[str, Any]) -> dict[tuple[str, float], dict[str, CellKey]]:
         out[key]["plain"] = CellKey(row["task"], "plain", row["temperature"], 0)
         for cfg in row["configs"].values():
             if cfg["strategy"] != "plain":
-                out[key][cfg["label"]] = CellKey(row["task"], cfg["strategy"], row["temperature"], cfg["n"], cfg["tree"])
+                out[key][cfg["label"]] = CellKey(row["task"], cfg["strategy"], row["temperature"], cfg["n"],
+                                                 cfg["tree"])
     return out
 
 

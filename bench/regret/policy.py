@@ -107,8 +107,8 @@ def choice_of(p: Prepared, result: Result) -> tuple[GridKey, float]:
         return GridKey("plain", 0), 1.0
     if d.tree is not None:
         t = d.tree
-        return GridKey(d.strategy, t.num_draft_tokens - 1, f"depth={t.depth},topk={t.topk},tokens={t.num_draft_tokens}"), \
-            rec.predicted_speedup.mean
+        label = f"depth={t.depth},topk={t.topk},tokens={t.num_draft_tokens}"
+        return GridKey(d.strategy, t.num_draft_tokens - 1, label), rec.predicted_speedup.mean
     return GridKey(d.strategy, k), rec.predicted_speedup.mean
 
 

@@ -25,6 +25,8 @@ from typing import Any
 
 from threadpoolctl import threadpool_limits
 
+from bench.regret.policy import choice_of, predict_grid, read_back, recommended
+from picker.recommend.policy_fit import FitInputs, Prepared, draft_kinds, fit, fit_artifact, prepare
 from picker.recommend.sweep_data import (
     GridKey,
     SweepData,
@@ -33,8 +35,6 @@ from picker.recommend.sweep_data import (
     load_sweeps,
     probe_records,
 )
-from bench.regret.policy import choice_of, predict_grid, read_back, recommended
-from picker.recommend.policy_fit import FitInputs, Prepared, draft_kinds, fit, fit_artifact, prepare
 
 # Engine defaults (research/policies.md §6; FACTS.md). SGLang's (steps, topk, draft tokens) apply to
 # its EAGLE family: with no EAGLE head they are mapped onto STANDALONE (the draft model), which

@@ -257,7 +257,8 @@ def zoo_profile_data(task: str, temperature: float, target: Path, artifacts: dic
 def _params(cfg: dict[str, Any]) -> float:
     """Parameter count of a Llama config (embeddings tied when the config says so)."""
     h, layers, v, inter = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["vocab_size"], cfg["intermediate_size"]
-    kv = cfg.get("num_key_value_heads", cfg["num_attention_heads"]) * cfg.get("head_dim", h // cfg["num_attention_heads"])
+    heads = cfg["num_attention_heads"]
+    kv = cfg.get("num_key_value_heads", heads) * cfg.get("head_dim", h // heads)
     per_layer = 2 * h * h + 2 * h * kv + 3 * h * inter
     heads = v * h * (1 if cfg.get("tie_word_embeddings") else 2)
     return float(layers * per_layer + heads)

@@ -11,16 +11,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from picker.cli.main import app
-
 runner = CliRunner()
 TASKS = ("code", "math")
 
 
 def test_grid_options_are_exactly_the_sweeps_grid(sweep: Path) -> None:
-    from picker.recommend.sweep_data import load_sweeps
     from bench.regret.policy import grid_key, grid_options
     from picker.recommend.policy_fit import prepare
+    from picker.recommend.sweep_data import load_sweeps
 
     data = load_sweeps([sweep])
     w = data.workloads[("code", 0.0)]
@@ -65,8 +63,8 @@ def test_regret_run_chooses_inside_the_grid_and_charges_its_cost(sweep: Path, tm
 
 
 def test_label_noise_recomputes_the_sweeps_own_labels(sweep: Path) -> None:
-    from picker.recommend.sweep_data import load_sweeps
     from bench.regret.label_noise import bootstrap_error, cell_totals, speedup, split_error
+    from picker.recommend.sweep_data import load_sweeps
 
     data = load_sweeps([sweep])
     w = data.workloads[("code", 0.0)]
@@ -80,8 +78,8 @@ def test_label_noise_recomputes_the_sweeps_own_labels(sweep: Path) -> None:
 
 
 def test_label_noise_pools_replicates_as_the_labels_do(sweep: Path, replicate: Path) -> None:
-    from picker.recommend.sweep_data import load_sweeps
     from bench.regret.label_noise import cell_totals, pooled
+    from picker.recommend.sweep_data import load_sweeps
 
     w = load_sweeps([sweep], [replicate]).workloads[("code", 0.0)]
     runs = [cell_totals(recs) for recs in [w.records, *w.replicates]]

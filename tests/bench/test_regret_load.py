@@ -41,7 +41,8 @@ def test_every_batch_maps_to_its_schedule_row(rec: dict) -> None:
 
 def test_above_the_temperature_switch_it_runs_plain(rec: dict) -> None:
     # The shipped plan needs no switch; the same plan with one at T = 0.5.
-    switched = {"decision": {**rec["decision"], "temperature_switch": {"above": 0.5, "action": "disable", "reason": ""}}}
+    switch = {"above": 0.5, "action": "disable", "reason": ""}
+    switched = {"decision": {**rec["decision"], "temperature_switch": switch}}
     assert what_runs(switched, 1, 0.7)[0] == PLAIN
     assert what_runs(switched, 1, 0.5) == what_runs(rec, 1, 0.5) != (PLAIN, "leave it off")
     assert what_runs({"decision": {**rec["decision"], "strategy": "none"}}, 1, 0.0) == (PLAIN, "leave it off")
