@@ -59,6 +59,8 @@ GOAL_STEPS = 1  # crossover within one step of the measured grid (a factor of 2 
 
 @dataclass(frozen=True)
 class CurveCheck:
+    """One load curve, measured and predicted at each level, with both crossovers."""
+
     key: str
     levels: tuple[int, ...]
     measured: tuple[float, ...]
