@@ -115,7 +115,7 @@ ENGINE_GREEDY: dict[str, GreedyExactness] = {
         "models, its greedy output with a draft model differed from its own plain greedy output on 5 of 10 "
         "prompts")),
     # https://docs.vllm.ai/en/v0.19.0/features/speculative_decoding/ "Lossless guarantees of
-    # Speculative Decoding". Seen identical here only on a tiny float32 model on CPU (FACTS.md).
+    # Speculative Decoding". Seen identical here only on a tiny float32 model on CPU (docs/facts.md).
     "vllm": GreedyExactness(False, NEAR_TIE_NATS, (
         "vLLM documents that outputs with and without speculation can differ through floating-point "
         "precision and batch-size-dependent numerics")),
