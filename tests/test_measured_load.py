@@ -135,6 +135,7 @@ def test_a_sibling_of_the_measured_length_takes_its_factor_off_the_timings(
     from picker.recommend.options import options_for
     from picker.recommend.scoring import bucket_speedup
     from picker.recommend.table import Bucket
+    from picker.recommend.uncertainty import widened
 
     summary = json.loads(zoo_load["summary"].read_text())
     summary["cells"] = [c for c in summary["cells"] if not (c["strategy"] == "medusa" and c["num_draft_tokens"] == 1)]
@@ -152,7 +153,9 @@ def test_a_sibling_of_the_measured_length_takes_its_factor_off_the_timings(
         b = Bucket("code", level, 0.0, 1.0)
         factors[level] = level_factor(index, costs, one, b)
         timed = at_cost(index, costs, one, b, cost(index, costs, one, level), False)
-        assert bucket_speedup(index, costs, one, b) == pytest.approx(tuple(factors[level] * x for x in timed))
+        # (the range then carries the model's held-out error: picker.recommend.uncertainty.widened)
+        assert bucket_speedup(index, costs, one, b) == pytest.approx(widened(tuple(factors[level] * x for x in timed),
+                                                                             None))
         if level > 1:  # N = 2's timings times the factor give back its measured gain
             own = at_cost(index, costs, two, b, model_cost(costs, two, level), False)[0]
             assert factors[level] * own == pytest.approx(gains[(2, level)], rel=1e-9)
@@ -258,7 +261,8 @@ def _k_at(rec: dict[str, Any], batch: int) -> int:
 def test_measured_below_one_at_four_is_off_there_though_the_model_says_on(tmp_path: Path) -> None:
     profile, summary = _live(tmp_path)
     model = _recommend(str(profile))
-    assert _k_at(model, 4) > 0 and _k_at(model, 64) > 0  # the load curve alone: prompt lookup pays
+    # the load curve alone: prompt lookup pays (to 32: above, its range's low end no longer clears the bar)
+    assert _k_at(model, 4) > 0 and _k_at(model, 32) > 0
     rec = _recommend(str(profile), "--measurements", str(summary))
     rows = rec["decision"]["batch_schedule"]
     assert _k_at(rec, 1) > 0 and _k_at(rec, 4) == 0

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
 from picker.inputs.measurements import TEMPERATURE_MATCH, Measurements
@@ -40,6 +40,7 @@ from picker.recommend.measured_load import (
     with_ratio,
 )
 from picker.recommend.table import Bucket, Option, Speedups, pinned
+from picker.recommend.uncertainty import ABGain, ab_gains
 from policies import (
     Config,
     CostContext,
@@ -75,6 +76,13 @@ class CostSource:
     calibration: Calibration | None = None
     source: str = ""
     unused_gains: bool = False
+    # The A/B gains with their intervals (picker.recommend.uncertainty.ab_gains), where the
+    # measurements' costs transfer: a gain measured on another deployment says nothing of this one's.
+    intervals: Mapping[tuple[str, Config], tuple[ABGain, ...]] = field(default_factory=dict)
+    # What speculation costs on the live engine beyond the tokens it verifies, in plain steps: a
+    # fixed share of a plain step per step with speculation enabled. Zero until a per-engine fit
+    # (policies/data/engine_overhead.json, from interleaved measurements) is wired in.
+    overhead: float = 0.0
 
 
 def shape_of(resolved: object) -> ModelShape:  # ResolvedModelShape -> roofline ModelShape
@@ -107,13 +115,18 @@ def choose_costs(profile: WorkloadProfile, index: EvidenceIndex, measurements: M
     kind: CostKind = "measured" if index.measured_costs and measurements is not None else \
         "calibrated" if calibration is not None else "modelled"
     return CostSource(kind, ctx, curves if index.measured_costs else {}, calibration,
-                      getattr(measurements, "source", "") or "", bool(curves) and not index.measured_costs)
+                      getattr(measurements, "source", "") or "", bool(curves) and not index.measured_costs,
+                      ab_gains(measurements) if index.measured_costs else {})
 
 
 @functools.lru_cache(maxsize=CACHE)
 def model_cost(costs: CostSource, option: Option, batch: int, sampled: bool = False) -> StepCost:
-    """The load curve's step cost (``policies.config_cost``), calibrated where a file was given."""
-    return config_cost(option.caps, option.config, costs.ctx, batch, sampled=sampled)
+    """The load curve's step cost (``policies.config_cost``), calibrated where a file was given, plus
+    the live engine's per-step overhead of speculation (``CostSource.overhead``) on the verify side."""
+    step = config_cost(option.caps, option.config, costs.ctx, batch, sampled=sampled)
+    if not costs.overhead:
+        return step
+    return replace(step, verify_seconds=step.verify_seconds + costs.overhead * step.plain_seconds)
 
 
 def at_cost(index: EvidenceIndex, costs: CostSource, option: Option, bucket: Bucket, price: StepCost,
