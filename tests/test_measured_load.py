@@ -155,7 +155,7 @@ def test_a_sibling_of_the_measured_length_takes_its_factor_off_the_timings(
         timed = at_cost(index, costs, one, b, cost(index, costs, one, level), False)
         # (the range then carries the model's held-out error: picker.recommend.uncertainty.widened)
         assert bucket_speedup(index, costs, one, b) == pytest.approx(widened(tuple(factors[level] * x for x in timed),
-                                                                             None))
+                                                                             None, costs.model_error))
         if level > 1:  # N = 2's timings times the factor give back its measured gain
             own = at_cost(index, costs, two, b, model_cost(costs, two, level), False)[0]
             assert factors[level] * own == pytest.approx(gains[(2, level)], rel=1e-9)

@@ -42,6 +42,8 @@ from picker.recommend.measured_load import (
 from picker.recommend.table import Bucket, Option, Speedups, pinned
 from picker.recommend.uncertainty import ABGain, ab_gains
 from policies import (
+    CPU_HELD_OUT_ERROR,
+    HELD_OUT_ERROR,
     Config,
     CostContext,
     ModelShape,
@@ -79,6 +81,9 @@ class CostSource:
     # The A/B gains with their intervals (picker.recommend.uncertainty.ab_gains), where the
     # measurements' costs transfer: a gain measured on another deployment says nothing of this one's.
     intervals: Mapping[tuple[str, Config], tuple[ABGain, ...]] = field(default_factory=dict)
+    # The model's own relative error on this deployment's speedups (policies.HELD_OUT_ERROR, on a CPU
+    # CPU_HELD_OUT_ERROR): every predicted range carries it (picker.recommend.uncertainty.widened).
+    model_error: float = HELD_OUT_ERROR
     # What speculation costs on the live engine beyond the tokens it verifies, in plain steps: a
     # fixed share of a plain step per step with speculation enabled. Zero until a per-engine fit
     # (policies/data/engine_overhead.json, from interleaved measurements) is wired in.
@@ -116,7 +121,8 @@ def choose_costs(profile: WorkloadProfile, index: EvidenceIndex, measurements: M
         "calibrated" if calibration is not None else "modelled"
     return CostSource(kind, ctx, curves if index.measured_costs else {}, calibration,
                       getattr(measurements, "source", "") or "", bool(curves) and not index.measured_costs,
-                      ab_gains(measurements) if index.measured_costs else {})
+                      ab_gains(measurements) if index.measured_costs else {},
+                      CPU_HELD_OUT_ERROR if profile.hardware.gpu == "cpu" else HELD_OUT_ERROR)
 
 
 @functools.lru_cache(maxsize=CACHE)

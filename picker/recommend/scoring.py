@@ -66,7 +66,7 @@ def bucket_speedups(index: EvidenceIndex, costs: CostSource, pairs: Sequence[tup
         c = cost(index, costs, o, b.batch, b.temperature > 0)
         f = level_factor(index, costs, o, b)
         s = at_cost(index, costs, o, b, c, cost_source(c) == MEASURED)
-        out[o, b.key] = widened((f * s[0], f * s[1], f * s[2]), ab_at(costs.intervals, o, b.key))
+        out[o, b.key] = widened((f * s[0], f * s[1], f * s[2]), ab_at(costs.intervals, o, b.key), costs.model_error)
     return out, {}
 
 
@@ -98,7 +98,7 @@ def _predicted(index: EvidenceIndex, costs: CostSource, todo: list[tuple[Option,
     for i, ((o, b), m, lo, hi) in enumerate(zip(todo, mean, low, high)):
         f = level_factor(index, costs, o, b)
         out[o, b.key] = widened((f * float(m), f * float(min(lo, m)), f * float(max(hi, m))),
-                                ab_at(costs.intervals, o, b.key))
+                                ab_at(costs.intervals, o, b.key), costs.model_error)
         corrections[o, b.key] = float(m) / math.exp(float(X[i, 0]))  # column 0: log of the analytic base
     return out, corrections
 
