@@ -316,8 +316,7 @@ def decide(table: ScoredTable, *, path: str = "") -> Decided:
     varies = _schedulable(table, chosen)
 
     def measure(opt: Scored, levels: Sequence[int]) -> str:
-        c = opt.config
-        return measure_command(profile, path, opt.plugin.name, c.depth, levels, c.label if c.is_tree else None)
+        return measure_command(profile, path, opt.plugin.name, opt.config.depth, levels)
 
     deployed, points = batch_schedule(table.rows, chosen, bs, switch, varies, measure)
     k_max = max(r.num_speculative_tokens for r in deployed.ranges)

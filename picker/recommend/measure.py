@@ -31,20 +31,20 @@ BACKENDS: dict[str, tuple[str, int]] = {"llama_cpp": ("llamacpp", 8080), "vllm":
 PLAIN_URL = frozenset({"llamacpp", "vllm"})  # backends the profiler times plain decoding on (--plain-url)
 
 
-def measure_command(profile: WorkloadProfile, path: str, strategy: str, n: int, levels: Sequence[int],
-                    tree: str | None = None) -> str:
-    """The ``specpick profile`` command that measures ``strategy`` at draft length ``n`` (or ``tree``)
-    against plain decoding at concurrency ``levels`` on the profile's tasks and temperatures, with
-    the A/B gain's interval asked to within the decision's margin. An engine the profiler cannot
+def measure_command(profile: WorkloadProfile, path: str, strategy: str, n: int, levels: Sequence[int]) -> str:
+    """The ``specpick profile`` command that measures ``strategy`` at draft length ``n`` against plain
+    decoding at concurrency ``levels`` on the profile's tasks and temperatures, with the A/B gain's
+    interval asked to within the decision's margin. A live server runs the shape it was launched
+    with (a tree from the plan's engine config; ``n`` is its depth). An engine the profiler cannot
     drive gets the sentence saying so, with the same measurement to make by other means."""
     t = profile.traffic
     tasks = ",".join(sorted(t.task_mix, key=lambda k: (-t.task_mix[k], k)))  # by share: the file's order is no fact
     temps = ",".join(f"{x.value:g}" for x in t.temperature)
     conc = ",".join(str(c) for c in sorted(set(levels)))
-    shape = f"--num-draft-tokens {n}" if tree is None else f"--num-draft-tokens {n} (tree {tree})"
+    shape = f"--num-draft-tokens {n}"
     engine = profile.engine.name
     if engine not in BACKENDS:
-        return (f"{engine} has no profiler backend: measure {strategy} ({shape.removeprefix('--num-draft-tokens ')} "
+        return (f"{engine} has no profiler backend: measure {strategy} ({n} "
                 f"draft tokens) against plain decoding on tasks {tasks} at temperatures {temps} and concurrency "
                 f"{conc}, configurations interleaved, until the gain's 95% interval is within "
                 f"±{ENABLE_MARGIN:.0%}")
