@@ -12,11 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from picker.inputs.measurements import load_measurements
 from picker.inputs.workload import load_profile
 from picker.recommend.costs import choose_costs, model_cost
 from picker.recommend.evidence_index import index_evidence
-from picker.recommend.pipeline import load_inputs, recommend, recommend_inputs
+from picker.recommend.pipeline import load_inputs, recommend_inputs
 from picker.recommend.uncertainty import ENABLE_LOW, measured_low, widened
 from policies import HELD_OUT_ERROR
 
@@ -109,19 +108,25 @@ def test_the_range_carries_the_models_held_out_error() -> None:
 
 
 def test_engine_overhead_is_a_named_seam_that_defaults_to_none() -> None:
-    """The cost source's ``overhead`` (plain steps per step with speculation enabled) is zero until a
-    per-engine fit is wired in; set, it makes every speculative step dearer by that much."""
+    """The cost source's ``overhead`` (a live engine's per step / per drafting step / per draft token
+    cost, in plain steps) is zero until a per-engine fit is wired in; set, it makes every speculative
+    step dearer by exactly that, and the plan's speedups fall with it."""
     from dataclasses import replace
 
-    from picker.recommend.options import options_for
     from picker.engine.plugins import load_strategies
+    from picker.recommend.costs import NO_OVERHEAD, EngineOverhead
+    from picker.recommend.options import options_for
+    from picker.recommend.scoring import bucket_speedup
+    from picker.recommend.table import Bucket
 
-    profile = load_profile(QWEN)
-    meas = load_measurements(QWEN_MEASURED)
-    index = index_evidence(profile, meas)
-    costs = choose_costs(profile, index, meas)
-    assert costs.overhead == 0.0
-    option = next(o for o in options_for(profile, load_strategies(), costs.ctx.target) if o.plugin.name == "ngram")
-    base = model_cost(costs, option, 1)
-    dear = model_cost(replace(costs, overhead=0.2), option, 1)
-    assert dear.step_ratio == pytest.approx(base.step_ratio + 0.2)
+    profile = load_profile(ROOT / "profiles" / "code-assistant-8b-a100.yaml")
+    index = index_evidence(profile, None)
+    costs = choose_costs(profile, index, None)
+    assert costs.overhead == NO_OVERHEAD and costs.overhead.at(4) == 0.0
+    option = next(o for o in options_for(profile, load_strategies(), costs.ctx.target)
+                  if o.plugin.name == "ngram" and o.config.depth == 4)
+    dear_costs = replace(costs, overhead=EngineOverhead(per_step=0.05, per_draft_step=0.1, per_draft_token=0.02))
+    base, dear = model_cost(costs, option, 8), model_cost(dear_costs, option, 8)
+    assert dear.step_ratio == pytest.approx(base.step_ratio + 0.05 + 0.1 + 0.02 * base.n_draft)
+    b = Bucket("code", 8, 0.0, 1.0)
+    assert bucket_speedup(index, dear_costs, option, b)[0] < bucket_speedup(index, costs, option, b)[0]

@@ -43,7 +43,7 @@ import yaml
 
 from bench.regret.data import zoo_profile_data
 from picker.engine.plugins import load_strategies
-from picker.inputs.measurements import Measurements, load_measurements
+from picker.inputs.measurements import Measurements
 from picker.inputs.workload import WorkloadProfile, load_profile
 from picker.recommend.costs import CostSource, at_cost, choose_costs, cost, cost_context, level_factor
 from picker.recommend.evidence_index import EvidenceIndex, index_evidence

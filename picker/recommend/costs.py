@@ -61,6 +61,25 @@ if TYPE_CHECKING:  # numpy-free at run time: policies.calibration imports numpy
 CostKind = Literal["measured", "calibrated", "modelled"]
 
 
+@dataclass(frozen=True)
+class EngineOverhead:
+    """A live engine's cost of speculation beyond the forwards the load curve prices, in plain decode
+    steps of that engine (the terms of ``picker.profiler.overhead``): ``per_step`` on every step once
+    speculation is enabled, ``per_draft_step`` on a step that drafted, ``per_draft_token`` per drafted
+    token. The load curve prices a step that drafts, so all three apply to it."""
+
+    per_step: float = 0.0
+    per_draft_step: float = 0.0
+    per_draft_token: float = 0.0
+
+    def at(self, drafted: int) -> float:
+        """Plain steps a step drafting ``drafted`` tokens pays on top of its forwards."""
+        return self.per_step + (self.per_draft_step + self.per_draft_token * drafted if drafted else 0.0)
+
+
+NO_OVERHEAD = EngineOverhead()
+
+
 @dataclass(frozen=True, eq=False)
 class CostSource:
     """One choice of step costs for a recommendation.
@@ -84,10 +103,9 @@ class CostSource:
     # The model's own relative error on this deployment's speedups (policies.HELD_OUT_ERROR, on a CPU
     # CPU_HELD_OUT_ERROR): every predicted range carries it (picker.recommend.uncertainty.widened).
     model_error: float = HELD_OUT_ERROR
-    # What speculation costs on the live engine beyond the tokens it verifies, in plain steps: a
-    # fixed share of a plain step per step with speculation enabled. Zero until a per-engine fit
-    # (policies/data/engine_overhead.json, from interleaved measurements) is wired in.
-    overhead: float = 0.0
+    # What speculation costs on the live engine beyond the tokens it verifies (EngineOverhead): none
+    # until a per-engine fit (policies/data/engine_overhead.json, picker.profiler.overhead) is wired in.
+    overhead: EngineOverhead = field(default_factory=lambda: NO_OVERHEAD)
 
 
 def shape_of(resolved: object) -> ModelShape:  # ResolvedModelShape -> roofline ModelShape
@@ -128,11 +146,10 @@ def choose_costs(profile: WorkloadProfile, index: EvidenceIndex, measurements: M
 @functools.lru_cache(maxsize=CACHE)
 def model_cost(costs: CostSource, option: Option, batch: int, sampled: bool = False) -> StepCost:
     """The load curve's step cost (``policies.config_cost``), calibrated where a file was given, plus
-    the live engine's per-step overhead of speculation (``CostSource.overhead``) on the verify side."""
+    the live engine's overhead of speculation (``CostSource.overhead``) on the verify side."""
     step = config_cost(option.caps, option.config, costs.ctx, batch, sampled=sampled)
-    if not costs.overhead:
-        return step
-    return replace(step, verify_seconds=step.verify_seconds + costs.overhead * step.plain_seconds)
+    extra = costs.overhead.at(step.n_draft)
+    return replace(step, verify_seconds=step.verify_seconds + extra * step.plain_seconds) if extra else step
 
 
 def at_cost(index: EvidenceIndex, costs: CostSource, option: Option, bucket: Bucket, price: StepCost,

@@ -29,7 +29,6 @@ from picker.recommend.engine_configs import runs_batch_schedule
 from picker.recommend.evidence_index import EvidenceIndex, alpha, candidate, scorable
 from picker.recommend.measured_load import MEASURED, cost_source
 from picker.recommend.options import check_named_strategies, options_for
-from picker.recommend.uncertainty import ab_at, widened
 from picker.recommend.table import (
     BATCH_GRID,
     NOT_WORTH_IT,
@@ -48,6 +47,7 @@ from picker.recommend.table import (
     ranked,
     typical_batch,
 )
+from picker.recommend.uncertainty import ab_at, widened
 
 Pairs = dict[tuple[Option, BucketKey], Speedups]
 Corrections = dict[tuple[Option, BucketKey], float]
