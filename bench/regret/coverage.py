@@ -263,6 +263,9 @@ def main(argv: list[str] | None = None) -> None:
           f"{sum(c.measured < 1.0 for c in cleared)}"
           + "".join(f"\n  {c.source} {c.what}: measured {c.measured:.3f}, predicted {c.mean:.3f} "
                     f"({c.low:.3f}-{c.high:.3f})" for c in cleared if c.measured < 1.0))
+    lost = [c for c in held if c.low < ENABLE_LOW and c.measured >= ENABLE_LOW]
+    print(f"held-out points measured at {ENABLE_LOW:g} or more whose predicted low end did not clear it (gains the "
+          f"rule leaves off until measured): {len(lost)} of {sum(c.measured >= ENABLE_LOW for c in held)}")
     if a.json:
         a.json.write_text(json.dumps([c.__dict__ for c in checks], indent=1), encoding="utf-8")
 
