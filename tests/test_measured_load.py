@@ -189,7 +189,7 @@ def test_the_schedule_follows_the_measurement_inside_and_says_model_outside(zoo_
     from picker.recommend.engine_configs import runs_batch_schedule
 
     # TensorRT-LLM runs Medusa at one length at every batch (no draft_len_schedule for it): the rows
-    # then also split where the predicted speedup crosses 1x, and a losing level stays on, saying so.
+    # then also split where the predicted range stops clearing the bar, and such a level stays on, saying so.
     engine = prof.engine.name
     fixed = not runs_batch_schedule(engine, load_strategies()["medusa"], rec.decision.tree.topk if rec.decision.tree else 1,
                                     prof.engine.version)
@@ -207,10 +207,10 @@ def test_the_schedule_follows_the_measurement_inside_and_says_model_outside(zoo_
                 assert gains[(1, level)] < 1.0  # measured below 1x at every allowed depth
     assert any("interpolated in log concurrency" in n for n in rec.evidence.notes)
     # Two neighbouring rows drafting the same K are split only by the source of their step costs (or,
-    # at one fixed length, where the predicted speedup crosses 1x).
+    # at one fixed length, where the predicted range's low end stops clearing the bar: uncertainty.enabled).
     for a, b in itertools.pairwise(rows):
         assert a.num_speculative_tokens != b.num_speculative_tokens or a.step_cost != b.step_cost or (
-            fixed and (a.predicted_speedup < 1.0) != (b.predicted_speedup < 1.0))
+            fixed and a.uncertain != b.uncertain)
 
 
 def test_measurements_of_another_engine_do_not_price_the_deployment(zoo_load: dict[str, Path]) -> None:
