@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from picker.cli.estimate import HELD_OUT_ERROR, HELD_OUT_SHARE
+from policies import HELD_OUT_ERROR, HELD_OUT_SHARE
 from policies.loadcurve import engine_curve
 
 
