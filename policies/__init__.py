@@ -30,11 +30,11 @@ _EXPORTS: dict[str, str] = {
     # the core speedup model of one candidate row, and its numeric encoding for the learned correction
     "base_range": "speedup_model", "base_speedup": "speedup_model", "step_ratio": "speedup_model",
     "HELD_OUT_ERROR": "speedup_model", "HELD_OUT_SHARE": "speedup_model", "CPU_HELD_OUT_ERROR": "speedup_model",
-    "feature_matrix": "encoding",
+    "feature_matrix": "encoding", "FEATURES": "encoding",
     "evidence_from_cell": "cell_evidence", "live_step_points": "cell_evidence",
     "load_priors": "priors",
     # the fitted policy
-    "Policy": "artifacts", "load_policy": "artifacts", "SpeedupEstimator": "estimator",
+    "Policy": "artifacts", "load_policy": "artifacts", "save_policy": "artifacts", "SpeedupEstimator": "estimator",
     # closed forms and the online controller's rules
     "chain_length": "scalar", "solve_alpha": "scalar", "tree_length": "scalar",
     "JEFFREYS": "online", "OnlineParams": "online", "beta_quantile": "online", "beta_var": "online",
@@ -47,14 +47,14 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = [  # every key of _EXPORTS (tests/test_recommend_pipeline.py checks they agree)
     "CPU_HELD_OUT_ERROR", "Calibration", "Candidate", "Config", "CostContext", "CostEvidence", "Evidence",
-    "HELD_OUT_ERROR", "HELD_OUT_SHARE", "JEFFREYS",
+    "FEATURES", "HELD_OUT_ERROR", "HELD_OUT_SHARE", "JEFFREYS",
     "ModelShape", "OnlineParams", "Policy", "SpeedupEstimator", "StepCost", "base_range", "base_speedup",
     "beta_quantile", "beta_var", "break_even", "break_even_from_ratio", "calibration_for", "chain",
     "chain_evidence", "chain_length", "config_cost", "configs_for", "decayed_update", "eagle_layer_shape",
     "engine_curve", "estimate", "evidence_from_cell", "expected_length", "expected_length_iid", "feature_matrix",
     "gate_next",
     "live_step_points", "load_calibration", "load_policy", "load_priors", "medusa_heads_shape",
-    "solve_alpha", "speedup", "step_ratio", "tree_length",
+    "save_policy", "solve_alpha", "speedup", "step_ratio", "tree_length",
 ]
 
 

@@ -38,10 +38,7 @@ from picker.recommend.sweep_data import (
     zoo_profile,
 )
 from picker.recommend.table import Bucket, Option
-from policies import analytic
-from policies.artifacts import save_policy
-from policies.encoding import FEATURES, feature_matrix
-from policies.estimator import SpeedupEstimator
+from policies import FEATURES, Config, SpeedupEstimator, chain, feature_matrix, save_policy
 
 OUT_TOKENS = 48
 # The learned correction is not carried beyond the temperatures and batch sizes it was fitted on.
@@ -88,9 +85,9 @@ def option(plugins: dict[str, StrategyPlugin], g: GridKey, like: Option | None =
     """The grid cell as an option, feasible, or with the feasibility and notes of ``like``."""
     if g.tree:
         d, k, t = parse_tree_label(g.tree)
-        config = analytic.Config(d, k, t)
+        config = Config(d, k, t)
     else:
-        config = analytic.chain(g.n)
+        config = chain(g.n)
     if like is None:
         return Option(plugins[g.strategy], config, True, True)
     return Option(plugins[g.strategy], config, like.feasible, like.engine_supported, like.notes)
