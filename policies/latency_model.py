@@ -100,16 +100,24 @@ def gap_atoms(step_s: float, prefill_s: float, lam: float, weight: float = 1.0,
     return out
 
 
-def prefills_per_gap(batch: int, output_tokens: float, tokens_per_step: float) -> float:
-    """λ = (batch − 1) / (G + 1), G = (n − 1) / E[L] decode steps per request (module docstring)."""
+def prefills_per_gap(batch: int, output_tokens: float, tokens_per_step: float, requests: int | None = None) -> float:
+    """λ = (batch − 1) / (G + 1), G = (n − 1) / E[L] decode steps per request (module docstring).
+
+    ``requests``: a finite run of that many requests (a benchmark): its first ``batch`` join together
+    (their prefills are in their TTFT, no one's gap), and each later one lands in the gaps of the
+    ``batch − 1`` running, so λ = (requests − batch)(batch − 1) / (requests · G); it tends to the
+    steady state's as the run grows."""
     steps = max(output_tokens - 1.0, 1.0) / max(tokens_per_step, 1.0)
+    if requests is not None:
+        return max(requests - batch, 0) * max(batch - 1, 0) / (max(requests, 1) * steps)
     return max(batch - 1, 0) / (steps + 1.0)
 
 
 def latency(step_seconds: float, tokens_per_step: float, prefill_s: float, ttft_s: float,
-            output_tokens: float, batch: int) -> Latency:
-    """The latency figures of one setting (plain: ``tokens_per_step`` 1, ``step_seconds`` a plain step)."""
-    lam = prefills_per_gap(batch, output_tokens, tokens_per_step)
+            output_tokens: float, batch: int, requests: int | None = None) -> Latency:
+    """The latency figures of one setting (plain: ``tokens_per_step`` 1, ``step_seconds`` a plain step;
+    ``requests``: a finite run, see :func:`prefills_per_gap`)."""
+    lam = prefills_per_gap(batch, output_tokens, tokens_per_step, requests)
     atoms = gap_atoms(step_seconds, prefill_s, lam)
     mean_gap = step_seconds + lam * prefill_s
     return Latency(ttft_ms=1e3 * ttft_s, itl_ms_p50=1e3 * gap_quantile(atoms, P50),

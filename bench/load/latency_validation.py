@@ -1,0 +1,175 @@
+"""Predicted mean TPOT and p99 ITL against measured profile cells (issue 35 item 6).
+
+For every speculative cell of a ``specpick profile`` run (its ``summary.json``) that has plain
+decoding measured beside it (same task, temperature and concurrency), the latency model
+(``policies.latency_model``) predicts the cell's mean TPOT and p99 ITL from:
+
+- the **engine's own plain step**, read off the plain cell of the same run (its median ITL: one
+  plain step; its median TTFT at concurrency 1: one prompt's prefill). This calibrates the engine
+  and the machine per run, from plain decoding only;
+- the **step ratio** R (a speculative step over a plain one), two ways:
+  ``model``: the load curve (``policies.config_cost``), for the reference engine on the zoo priced on
+  the reference loop's own calibrated curve (``bench/load/zoo-ci-cpu-calibration.json``, engine
+  ``hf``); no curve describes vLLM's CPU build or llama.cpp on CPU, so there it is not given.
+  ``engine``: the median measured R of the same engine's *other* cells of the same strategy and
+  draft length (leave-one-cell-out): the engine's speculative overhead, never the cell's own.
+- the cell's measured tokens per step (E[L] = ``tau``: acceptance is an input, not a prediction).
+
+Then p99 ITL = the model's quantile of step + other requests' prefills (Poisson per gap, for the
+run's finite number of requests), and mean TPOT = (step + prefills per gap × prefill) / E[L]. Printed: predicted vs measured, the ratio,
+and the median absolute relative error per engine and figure. The measured p99 carries the
+machine's jitter (a shared 2-core box: a preempted thread is a 100 ms gap), which the model does
+not; ``+jitter`` adds the plain cell's own p99 - p50 excess (also from plain decoding only).
+
+    python bench/load/latency_validation.py --zoo /work/logs/latpred-zoo/summary.json \\
+        --vllm /work/logs/latpred-data/vllm-cpu-zoo/summary.json \\
+        --llamacpp /work/logs/latency-real2/grid/ngram-N1-np1/summary.json \\
+                   /work/logs/latency-real2/grid/vanilla-N4-np1/summary.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from picker.engine.plugins import load_strategies
+from policies import CostContext, ModelShape, chain, config_cost, engine_curve, latency, load_calibration
+from policies.calibration import read_calibration
+
+HERE = Path(__file__).resolve().parent
+ZOO_CALIBRATION = HERE / "zoo-ci-cpu-calibration.json"
+# The zoo's draft model (picker.zoo, ci preset): one Llama layer of width 64 over the 2048-token vocabulary.
+ZOO_DRAFT = ModelShape(2048 * 64 + 4 * 64 * 64 + 3 * 64 * 172, 1, 64, 1, 32, 2048, 4.0, 4.0, name="zoo-draft")
+
+Key = tuple[str, float, int]  # task, temperature, concurrency
+
+
+def _key(c: dict[str, Any]) -> Key:
+    return c["task"], float(c["temperature"]), int(c["concurrency"])
+
+
+def zoo_ratio(cell: dict[str, Any], prompt_tokens: float, output_tokens: float) -> float:
+    """R of ``cell`` on the reference loop's calibrated curve, at the cell's concurrency."""
+    cal = read_calibration(ZOO_CALIBRATION)
+    curve = engine_curve("hf", load_calibration(ZOO_CALIBRATION, "hf"), label="zoo CPU calibration")
+    hw = SimpleNamespace(memory_bandwidth_gbps=cal.hardware.memory_bandwidth_gbps, bf16_tflops=cal.hardware.bf16_tflops)
+    ctx = CostContext(cal.model.to_shape(), hw, curve, int(prompt_tokens + output_tokens / 2), 1,  # type: ignore[arg-type]
+                      ZOO_DRAFT)
+    caps = load_strategies()[cell["strategy"]].capabilities
+    return config_cost(caps, chain(int(cell["num_draft_tokens"])), ctx, int(cell["concurrency"])).step_ratio
+
+
+def _prompt_tokens(run_dir: Path) -> float:
+    """Mean prompt length of the run's requests (records.jsonl), 0 when not recorded."""
+    lengths = []
+    path = run_dir / "records.jsonl"
+    if path.exists():
+        for line in path.read_text().splitlines():
+            extra = json.loads(line).get("extra") or {}
+            if "prompt_tokens" in extra:
+                lengths.append(float(extra["prompt_tokens"]))
+    return statistics.fmean(lengths) if lengths else 0.0
+
+
+def rows(path: Path, engine: str) -> list[dict[str, Any]]:
+    """One row per speculative cell with plain beside it: what is measured and the inputs to predict it."""
+    d = json.loads(path.read_text())
+    n_out = float(d["run"]["max_new_tokens"])
+    plain = {_key(b): b for b in d["baselines"]}
+    prefill = {(b["task"], float(b["temperature"])): b["ttft_ms_p50"] for b in d["baselines"]
+               if int(b["concurrency"]) == 1}
+    prompt = _prompt_tokens(path.parent)
+    out = []
+    for c in d["cells"]:
+        p = plain.get(_key(c))
+        if p is None or c.get("itl_ms_p50") is None or not c.get("tau"):
+            continue
+        out.append({
+            "engine": engine, "source": str(path), "task": c["task"], "temperature": float(c["temperature"]),
+            "concurrency": int(c["concurrency"]), "config": f"{c['strategy']} N={c['num_draft_tokens']}",
+            "tau": float(c["tau"]), "n_out": n_out, "requests": int(c.get("requests", 0)),
+            "plain_step_ms": float(p["itl_ms_p50"]), "plain_mean_gap_ms": float(p["itl_ms_mean"]),
+            "plain_jitter_ms": float(p["itl_ms_p99"]) - float(p["itl_ms_p50"]),
+            "prefill_ms": float(prefill.get((c["task"], float(c["temperature"])), p["ttft_ms_p50"])),
+            "measured_R": float(c["itl_ms_p50"]) / float(p["itl_ms_p50"]),
+            "model_R": zoo_ratio(c, prompt, n_out) if engine == "zoo" else None,
+            "tpot_ms": float(c["tpot_ms_mean"]), "itl_p99_ms": float(c["itl_ms_p99"]),
+        })
+    return out
+
+
+def predict(row: dict[str, Any], ratio: float) -> tuple[float, float]:
+    """(mean TPOT, p99 ITL) in ms for ``row`` at step ratio ``ratio``: the p99 from the plain cell's
+    median gap (one step), the TPOT from its mean gap (one step with the machine's average jitter)."""
+    pre = row["prefill_ms"] / 1e3
+
+    def at(step_ms: float) -> Any:
+        return latency(step_ms * ratio / 1e3, max(row["tau"], 1.0), pre, pre, row["n_out"], row["concurrency"],
+                       requests=row["requests"])
+    return at(row["plain_mean_gap_ms"]).tpot_ms_mean, at(row["plain_step_ms"]).itl_ms_p99
+
+
+def engine_ratio(row: dict[str, Any], all_rows: list[dict[str, Any]]) -> float | None:
+    """Median measured R of the same engine's other cells of the same configuration (leave one out)."""
+    others = [r["measured_R"] for r in all_rows if r is not row and r["engine"] == row["engine"]
+              and r["config"] == row["config"]]
+    return statistics.median(others) if others else None
+
+
+def table(all_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for r in all_rows:
+        for how, ratio in (("model", r["model_R"]), ("engine", engine_ratio(r, all_rows))):
+            if ratio is None:
+                continue
+            tpot, p99 = predict(r, ratio)
+            out.append({**r, "how": how, "R": ratio, "pred_tpot_ms": tpot, "pred_itl_p99_ms": p99,
+                        "pred_itl_p99_jitter_ms": p99 + max(r["plain_jitter_ms"], 0.0)})
+    return out
+
+
+def _err(pred: float, meas: float) -> float:
+    return abs(pred / meas - 1.0) if meas > 0 else float("nan")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--zoo", nargs="*", default=[], type=Path, help="summary.json of reference-engine runs")
+    ap.add_argument("--vllm", nargs="*", default=[], type=Path, help="summary.json of vLLM CPU runs")
+    ap.add_argument("--llamacpp", nargs="*", default=[], type=Path, help="summary.json of llama.cpp runs")
+    ap.add_argument("--json", type=Path, help="write every row here")
+    args = ap.parse_args(argv)
+    all_rows = [r for engine, paths in (("zoo", args.zoo), ("vllm-cpu", args.vllm), ("llamacpp", args.llamacpp))
+                for p in paths for r in rows(p, engine)]
+    out = table(all_rows)
+    print("| engine | cell | C | E[L] | R how | R | TPOT pred | TPOT meas | ratio | p99 ITL pred | +jitter | p99 meas "
+          "| ratio | ratio +jitter |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in out:
+        print(f"| {r['engine']} | {r['task']} T={r['temperature']:g} {r['config']} | {r['concurrency']} | {r['tau']:.2f} "
+              f"| {r['how']} | {r['R']:.2f} | {r['pred_tpot_ms']:.1f} | {r['tpot_ms']:.1f} "
+              f"| {r['pred_tpot_ms'] / r['tpot_ms']:.2f} | {r['pred_itl_p99_ms']:.1f} | {r['pred_itl_p99_jitter_ms']:.1f} "
+              f"| {r['itl_p99_ms']:.1f} | {r['pred_itl_p99_ms'] / r['itl_p99_ms']:.2f} "
+              f"| {r['pred_itl_p99_jitter_ms'] / r['itl_p99_ms']:.2f} |")
+    print("\nmedian |predicted / measured - 1| (cells):")
+    for engine in dict.fromkeys(r["engine"] for r in out):
+        for how in ("model", "engine"):
+            sel = [r for r in out if r["engine"] == engine and r["how"] == how]
+            if not sel:
+                continue
+            tp = statistics.median(_err(r["pred_tpot_ms"], r["tpot_ms"]) for r in sel)
+            p9 = statistics.median(_err(r["pred_itl_p99_ms"], r["itl_p99_ms"]) for r in sel)
+            pj = statistics.median(_err(r["pred_itl_p99_jitter_ms"], r["itl_p99_ms"]) for r in sel)
+            print(f"  {engine:9s} R={how:6s} n={len(sel):3d}  TPOT {tp:6.1%}   p99 ITL {p9:6.1%}   p99 ITL +jitter {pj:6.1%}")
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
