@@ -15,8 +15,9 @@ rollouts on; the model reads the same step costs the plan prices its speedups wi
   request's gap holds on average λ = (batch − 1) / (G + 1) other prompts' prefills (an engine
   without mixed prefill-decode batches runs each in a step of its own, the others waiting; with
   chunked prefill it rides in the step and lengthens it by about as much). The number per gap is
-  taken as Poisson(λ): gap = step + K · prefill. Shorter requests (speculation shortens them in
-  steps) turn over faster, so speculation also raises λ.
+  taken as Poisson(λ), all K admitted into one forward: gap = step + prefill(K prompts), linear in
+  K where prefill is compute-bound. Shorter requests (speculation shortens them in steps) turn over
+  faster, so speculation also raises λ; per token the prefill work is the same.
 - **TTFT** is the prompt's prefill forward (one prompt of ``prompt_tokens`` on its own) plus, for a
   drafter that keeps its own KV cache (a draft model, an EAGLE layer), its prefill of the same
   prompt. No queueing: in a closed loop a request starts when a slot frees.
@@ -87,15 +88,24 @@ def gap_quantile(atoms: Sequence[tuple[float, float]], q: float) -> float:
     return max(v for v, _ in atoms)
 
 
+def joint_prefill(prefill_s: float, k: int, joint_share: float = 1.0) -> float:
+    """Seconds of one forward prefilling ``k`` prompts together: the first costs ``prefill_s``, each
+    further one ``joint_share`` of it (1: compute-bound, linear in tokens; near 0: per-forward
+    overhead dominates, as on a tiny model)."""
+    return 0.0 if k <= 0 else prefill_s * (1.0 + (k - 1) * joint_share)
+
+
 def gap_atoms(step_s: float, prefill_s: float, lam: float, weight: float = 1.0,
-              k_max: int = 64) -> list[tuple[float, float]]:
-    """ITL gaps of one setting as atoms: step + k prefills with Poisson(λ) probability, scaled by
-    ``weight`` (its share of all gaps, where several settings' gaps are pooled)."""
+              k_max: int = 64, joint_share: float = 1.0) -> list[tuple[float, float]]:
+    """ITL gaps of one setting as atoms: step + the joint prefill of the k prompts that joined during
+    it (Poisson(λ) probability; an engine admits every waiting prompt into the next step, so the k
+    share one forward), scaled by ``weight`` (its share of all gaps, where several settings' gaps
+    are pooled)."""
     if lam <= 0.0 or prefill_s <= 0.0:
         return [(step_s, weight)]
     out, p = [], math.exp(-lam)
     for k in range(k_max + 1):
-        out.append((step_s + k * prefill_s, weight * p))
+        out.append((step_s + joint_prefill(prefill_s, k, joint_share), weight * p))
         p *= lam / (k + 1)
     return out
 
@@ -114,12 +124,12 @@ def prefills_per_gap(batch: int, output_tokens: float, tokens_per_step: float, r
 
 
 def latency(step_seconds: float, tokens_per_step: float, prefill_s: float, ttft_s: float,
-            output_tokens: float, batch: int, requests: int | None = None) -> Latency:
+            output_tokens: float, batch: int, requests: int | None = None, joint_share: float = 1.0) -> Latency:
     """The latency figures of one setting (plain: ``tokens_per_step`` 1, ``step_seconds`` a plain step;
-    ``requests``: a finite run, see :func:`prefills_per_gap`)."""
+    ``requests``: a finite run, see :func:`prefills_per_gap`; ``joint_share``: see :func:`joint_prefill`)."""
     lam = prefills_per_gap(batch, output_tokens, tokens_per_step, requests)
-    atoms = gap_atoms(step_seconds, prefill_s, lam)
-    mean_gap = step_seconds + lam * prefill_s
+    atoms = gap_atoms(step_seconds, prefill_s, lam, joint_share=joint_share)
+    mean_gap = step_seconds + sum(p * (v - step_seconds) for v, p in atoms)
     return Latency(ttft_ms=1e3 * ttft_s, itl_ms_p50=1e3 * gap_quantile(atoms, P50),
                    itl_ms_p99=1e3 * gap_quantile(atoms, P99),
                    tpot_ms_mean=1e3 * mean_gap / max(tokens_per_step, 1e-9), step_ms=1e3 * step_seconds,
@@ -156,6 +166,7 @@ class Share:
     step_s: float
     tokens_per_step: float
     prefill_s: float
+    joint_share: float = 1.0  # what each further prompt prefilled in the same forward adds (joint_prefill)
 
 
 def pooled_latency(shares: Sequence[Share], output_tokens: float, batch: int) -> Latency:
@@ -166,9 +177,11 @@ def pooled_latency(shares: Sequence[Share], output_tokens: float, batch: int) ->
     atoms: list[tuple[float, float]] = []
     tpot = ttft = step = length = 0.0
     for s in shares:
-        one = latency(s.step_s, s.tokens_per_step, s.prefill_s, s.prefill_s, output_tokens, batch)
+        one = latency(s.step_s, s.tokens_per_step, s.prefill_s, s.prefill_s, output_tokens, batch,
+                      joint_share=s.joint_share)
         share = s.weight / total
-        atoms += gap_atoms(s.step_s, s.prefill_s, one.prefills_per_gap, share / max(s.tokens_per_step, 1e-9))
+        atoms += gap_atoms(s.step_s, s.prefill_s, one.prefills_per_gap, share / max(s.tokens_per_step, 1e-9),
+                           joint_share=s.joint_share)
         tpot += share * one.tpot_ms_mean
         ttft += share * one.ttft_ms
         step += share * one.step_ms

@@ -15,8 +15,9 @@ decoding measured beside it (same task, temperature and concurrency), the latenc
   draft length (leave-one-cell-out): the engine's speculative overhead, never the cell's own.
 - the cell's measured tokens per step (E[L] = ``tau``: acceptance is an input, not a prediction).
 
-Then p99 ITL = the model's quantile of step + other requests' prefills (Poisson per gap, for the
-run's finite number of requests), and mean TPOT = (step + prefills per gap × prefill) / E[L]. Printed: predicted vs measured, the ratio,
+Then p99 ITL = the model's quantile of step + other requests' prefills (Poisson per gap, for a
+wave's finite number of requests: a static wave, ``--wave-rounds 1``, admits all its prompts at once,
+so no prefill lands in a gap), and mean TPOT = (step + prefills per gap × prefill) / E[L]. Printed: predicted vs measured, the ratio,
 and the median absolute relative error per engine and figure. The measured p99 carries the
 machine's jitter (a shared 2-core box: a preempted thread is a 100 ms gap), which the model does
 not; ``+jitter`` adds the plain cell's own p99 - p50 excess (also from plain decoding only).
@@ -76,13 +77,28 @@ def _prompt_tokens(run_dir: Path) -> float:
     return statistics.fmean(lengths) if lengths else 0.0
 
 
+def _joint_shares(baselines: list[dict[str, Any]], prefill: dict[tuple[str, float], float]) -> dict[tuple[str, float], float]:
+    """What a further prompt adds to a prefill forward (``policies.latency_model.joint_prefill``), from
+    plain decoding: its first wave at the highest concurrency C prefills C prompts together, so its
+    median TTFT over the one-prompt TTFT is 1 + (C - 1) · share."""
+    out = {}
+    for b in baselines:
+        key, c = (b["task"], float(b["temperature"])), int(b["concurrency"])
+        one = prefill.get(key)
+        if c > 1 and one and (key not in out or c > out[key][0]):
+            out[key] = (c, min(max((float(b["ttft_ms_p50"]) / one - 1.0) / (c - 1), 0.0), 1.0))
+    return {k: share for k, (_, share) in out.items()}
+
+
 def rows(path: Path, engine: str) -> list[dict[str, Any]]:
     """One row per speculative cell with plain beside it: what is measured and the inputs to predict it."""
     d = json.loads(path.read_text())
     n_out = float(d["run"]["max_new_tokens"])
+    waves = int(d["run"].get("wave_rounds") or 1)
     plain = {_key(b): b for b in d["baselines"]}
     prefill = {(b["task"], float(b["temperature"])): b["ttft_ms_p50"] for b in d["baselines"]
                if int(b["concurrency"]) == 1}
+    joint = _joint_shares(d["baselines"], prefill)
     prompt = _prompt_tokens(path.parent)
     out = []
     for c in d["cells"]:
@@ -92,10 +108,14 @@ def rows(path: Path, engine: str) -> list[dict[str, Any]]:
         out.append({
             "engine": engine, "source": str(path), "task": c["task"], "temperature": float(c["temperature"]),
             "concurrency": int(c["concurrency"]), "config": f"{c['strategy']} N={c['num_draft_tokens']}",
-            "tau": float(c["tau"]), "n_out": n_out, "requests": int(c.get("requests", 0)),
+            "tau": float(c["tau"]), "n_out": n_out,
+            # the profiler's waves (run.wave_rounds x C prompts, picker/profiler/run.py): prefills land
+            # only in the gaps of a wave's own requests
+            "requests": min(int(c.get("requests", 0)) or waves * int(c["concurrency"]), waves * int(c["concurrency"])),
             "plain_step_ms": float(p["itl_ms_p50"]), "plain_mean_gap_ms": float(p["itl_ms_mean"]),
             "plain_jitter_ms": float(p["itl_ms_p99"]) - float(p["itl_ms_p50"]),
             "prefill_ms": float(prefill.get((c["task"], float(c["temperature"])), p["ttft_ms_p50"])),
+            "joint_share": joint.get((c["task"], float(c["temperature"])), 1.0),
             "measured_R": float(c["itl_ms_p50"]) / float(p["itl_ms_p50"]),
             "model_R": zoo_ratio(c, prompt, n_out) if engine == "zoo" else None,
             "tpot_ms": float(c["tpot_ms_mean"]), "itl_p99_ms": float(c["itl_ms_p99"]),
@@ -110,7 +130,7 @@ def predict(row: dict[str, Any], ratio: float) -> tuple[float, float]:
 
     def at(step_ms: float) -> Any:
         return latency(step_ms * ratio / 1e3, max(row["tau"], 1.0), pre, pre, row["n_out"], row["concurrency"],
-                       requests=row["requests"])
+                       requests=row["requests"], joint_share=row["joint_share"])
     return at(row["plain_mean_gap_ms"]).tpot_ms_mean, at(row["plain_step_ms"]).itl_ms_p99
 
 

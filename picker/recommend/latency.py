@@ -61,6 +61,7 @@ class Traffic:
     prefill_s: float  # the target's prefill of a mean prompt
     long_prefill_s: float
     ctx: CostContext
+    joint_share: float = 1.0  # what a second prompt adds to one prefill forward (policies.latency_model)
 
     def drafter_prefill(self, drafter: str | None, long: bool = False) -> float:
         """The drafter's own prefill of a (mean or long) prompt; 0 for plain decoding."""
@@ -80,7 +81,9 @@ def traffic_of(profile: WorkloadProfile, ctx: CostContext | None = None) -> Traf
     long = int(p.p90 if p.p90 is not None else max(x.value for x in p.points) if p.points else mean)
     pre = prefill_seconds(ctx.target, ctx.hardware, mean, ctx.engine, ctx.num_devices)[0]
     pre_long = prefill_seconds(ctx.target, ctx.hardware, long, ctx.engine, ctx.num_devices)[0]
-    return Traffic(t.output_tokens.expected(), mean, long, pre, pre_long, ctx)
+    two = prefill_seconds(ctx.target, ctx.hardware, 2 * mean, ctx.engine, ctx.num_devices)[0]
+    share = min(max(two / pre - 1.0, 0.0), 1.0) if pre > 0 else 1.0
+    return Traffic(t.output_tokens.expected(), mean, long, pre, pre_long, ctx, share)
 
 
 @dataclass(frozen=True)
@@ -97,8 +100,8 @@ def mixture(settings: Sequence[Setting], tr: Traffic, batch: int, long: bool = F
     """``policies.pooled_latency`` of ``settings``, each request's prefill its prompt's (mean or long)
     plus its drafter's own."""
     base = tr.long_prefill_s if long else tr.prefill_s
-    shares = [Share(s.weight, s.step_s, s.tokens_per_step, base + tr.drafter_prefill(s.drafter, long))
-              for s in settings]
+    shares = [Share(s.weight, s.step_s, s.tokens_per_step, base + tr.drafter_prefill(s.drafter, long),
+                    tr.joint_share) for s in settings]
     return pooled_latency(shares, tr.output_tokens, batch)
 
 
@@ -149,7 +152,7 @@ def plan_latency(table: ScoredTable, deployed: Deployment | None) -> PlanLatency
     for lo, hi in ranges:
         batch = _at_batch(table, lo, hi)
         plain_s = _plain_at(table, tr.ctx, batch)
-        plain = latency(plain_s, 1.0, tr.prefill_s, tr.prefill_s, tr.output_tokens, batch)
+        plain = latency(plain_s, 1.0, tr.prefill_s, tr.prefill_s, tr.output_tokens, batch, joint_share=tr.joint_share)
         dep = mixture(deployed_settings(table, deployed, batch, plain_s), tr, batch)
         rows.append(RangeLatency(
             min_batch=lo, max_batch=hi, at_batch=batch, plain=_figures(plain), deployed=_figures(dep),
@@ -243,7 +246,7 @@ def option_slo_notes(profile: WorkloadProfile, ctx: CostContext, drafter: str,
     for batch in sorted({b.batch for b, _, _ in priced}):
         here = [(b, c, s) for b, c, s in priced if b.batch == batch]
         plain_s = here[0][1].plain_seconds
-        plain = latency(plain_s, 1.0, tr.prefill_s, tr.prefill_s, tr.output_tokens, batch)
+        plain = latency(plain_s, 1.0, tr.prefill_s, tr.prefill_s, tr.output_tokens, batch, joint_share=tr.joint_share)
         settings = [Setting(b.weight, plain_s * c.step_ratio, max(1.0, s * c.step_ratio), drafter) for b, c, s in here]
         opt = mixture(settings, tr, batch)
         if "ttft_ms" in targets(profile):  # TTFT is held to the longest prompt the profile states
@@ -268,7 +271,7 @@ def slo_checks(table: ScoredTable, deployed: Deployment | None, tr: Traffic | No
     for batch in sorted({b.batch for b in table.buckets}):
         plain_s = _plain_at(table, tr.ctx, batch)
         settings = deployed_settings(table, deployed, batch, plain_s)
-        plain = latency(plain_s, 1.0, tr.prefill_s, tr.long_prefill_s, tr.output_tokens, batch)
+        plain = latency(plain_s, 1.0, tr.prefill_s, tr.long_prefill_s, tr.output_tokens, batch, joint_share=tr.joint_share)
         opt = mixture(settings, tr, batch)
         by_batch[batch] = (plain, _with_ttft(opt, mixture(settings, tr, batch, long=True).ttft_ms))
     who = "the plan" if deployed is not None else "leaving speculation off"
@@ -310,7 +313,7 @@ def typical_itl(table: ScoredTable, deployed: Deployment | None) -> tuple[int, f
     tr = traffic_of(table.profile)
     batch = table.typical_batch
     plain_s = _plain_at(table, tr.ctx, batch)
-    plain = latency(plain_s, 1.0, tr.prefill_s, tr.prefill_s, tr.output_tokens, batch)
+    plain = latency(plain_s, 1.0, tr.prefill_s, tr.prefill_s, tr.output_tokens, batch, joint_share=tr.joint_share)
     dep = mixture(deployed_settings(table, deployed, batch, plain_s), tr, batch)
     return batch, plain.itl_ms_p99, dep.itl_ms_p99
 
