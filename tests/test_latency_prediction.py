@@ -110,3 +110,13 @@ def test_rollout_gate_is_the_predicted_itl_ratio() -> None:
     assert f"predicted " in gate and f"{ITL_GATE_TOLERANCE:.0%} tolerance" in gate
     ratio = float(gate.split("predicted ")[1].split("x")[0])
     assert float(gate.split("at most ")[1].split("x")[0]) == pytest.approx(ratio * (1 + ITL_GATE_TOLERANCE), abs=0.011)
+
+
+def test_nothing_deployable_says_which_target_blocks_it(tmp_path: Path) -> None:
+    data = yaml.safe_load((ROOT / "profiles" / "chat-70b-h100.yaml").read_text())
+    data["traffic"]["concurrency"] = 1  # 21.1 ms a plain step, no prefill in a gap; every option's step is longer
+    data["slo"] = {"itl_p99_ms": 21.5}
+    rec = _rec(data, tmp_path)
+    assert rec.decision.strategy == "none"
+    assert rec.rationale == ["Leave speculation off: every option this deployment can run breaks the 21.5 ms p99 "
+                             "ITL SLO that plain decoding meets (Alternatives says by how much)."]

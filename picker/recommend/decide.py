@@ -33,7 +33,7 @@ from picker.recommend.contract import (
 )
 from picker.recommend.engine_configs import ENGINE_GREEDY, ScheduleEntry, build_engine_configs, runs_batch_schedule
 from picker.recommend.figures import fraction, rounded, times
-from picker.recommend.latency import itl_gate, plain_misses, plan_latency, typical_itl
+from picker.recommend.latency import itl_gate, plain_misses, plan_latency, slo_blocked, typical_itl
 from picker.recommend.measured_load import MEASURED, AnchoredStepCost, cost_source
 from picker.recommend.schedule import Deployment, Point, batch_schedule, merge_schedule, temperature_switch
 from picker.recommend.table import BATCH_GRID, NOT_WORTH_IT, Scored, ScoredTable, family, ranked
@@ -208,7 +208,7 @@ class Decided:
 def _speculation_off(table: ScoredTable, usable: list[Scored], path: str) -> Decided:
     """The recommendation when nothing is deployable or nothing pays enough."""
     profile = table.profile
-    why = ("no strategy is deployable on this profile" if not usable else
+    why = ((slo_blocked(table) or "no strategy is deployable on this profile") if not usable else
            f"the best option ({usable[0].plugin.name}, {usable[0].config.label}) predicts only "
            f"{times(usable[0].mean)}")
     decision = Decision(strategy="none", num_speculative_tokens=0, tree=None,

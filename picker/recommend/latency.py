@@ -256,6 +256,9 @@ def option_slo_notes(profile: WorkloadProfile, ctx: CostContext, drafter: str,
     return tuple(v[-1] for v in _judge(profile, tr, by_batch, "it") if breaks(v))
 
 
+BREAKS = "it breaks the "  # how option_slo_notes' sentences begin
+
+
 def _with_ttft(lat: Latency, ttft_ms: float) -> Latency:
     return Latency(ttft_ms, lat.itl_ms_p50, lat.itl_ms_p99, lat.tpot_ms_mean, lat.step_ms, lat.tokens_per_step,
                    lat.prefills_per_gap)
@@ -278,6 +281,18 @@ def slo_checks(table: ScoredTable, deployed: Deployment | None, tr: Traffic | No
     return [SloCheck(slo=slo, target_ms=target, at_batch=b, plain_ms=rounded(pv), deployed_ms=rounded(ov),  # type: ignore[arg-type]
                      met_by_plain=pok, met_by_deployed=ok, message=msg)
             for slo, target, b, pv, ov, pok, ok, msg in _judge(profile, tr, by_batch, who)]
+
+
+def slo_blocked(table: ScoredTable) -> str | None:
+    """Why nothing is deployable, where latency targets are the reason: every option the engine can
+    run with its drafters breaks a target plain decoding meets (None otherwise)."""
+    runnable = [r for r in table.rows if r.option.engine_supported and r.option.feasible]
+    broken = [r for r in runnable if any(n.startswith(BREAKS) for n in r.notes)]
+    if not runnable or len(broken) < len(runnable):
+        return None
+    names = sorted({n.removeprefix(BREAKS).split(" SLO")[0] for r in broken for n in r.notes if n.startswith(BREAKS)})
+    return (f"every option this deployment can run breaks the {' and the '.join(names)} SLO that plain decoding "
+            "meets (Alternatives says by how much)")
 
 
 def plain_misses(table: ScoredTable) -> list[str]:
