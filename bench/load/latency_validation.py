@@ -11,8 +11,9 @@ decoding measured beside it (same task, temperature and concurrency), the latenc
   ``model``: the load curve (``policies.config_cost``), for the reference engine on the zoo priced on
   the reference loop's own calibrated curve (``bench/load/zoo-ci-cpu-calibration.json``, engine
   ``hf``); no curve describes vLLM's CPU build or llama.cpp on CPU, so there it is not given.
-  ``engine``: the median measured R of the same engine's *other* cells of the same strategy and
-  draft length (leave-one-cell-out): the engine's speculative overhead, never the cell's own.
+  ``engine``: the median measured R (a speculative cell's mean gap over plain's) of the same
+  engine's *other* cells of the same strategy and draft length (leave-one-cell-
+  out): the engine's speculative overhead, never the cell's own.
 - the cell's measured tokens per step (E[L] = ``tau``: acceptance is an input, not a prediction).
 
 Then p99 ITL = the model's quantile of step + other requests' prefills (Poisson per gap, for a
@@ -90,6 +91,14 @@ def _joint_shares(baselines: list[dict[str, Any]], prefill: dict[tuple[str, floa
     return {k: share for k, (_, share) in out.items()}
 
 
+def _step(cell: dict[str, Any]) -> float:
+    """One step of a cell, ms: its median gap, unless the stream arrived in bursts (a median gap
+    under half the mean: steps of about a millisecond, which an HTTP server flushes several at a
+    time, docs/latency.md), where only the mean gap is an engine figure."""
+    p50, mean = float(cell["itl_ms_p50"]), float(cell["itl_ms_mean"])
+    return p50 if p50 >= 0.5 * mean else mean
+
+
 def rows(path: Path, engine: str) -> list[dict[str, Any]]:
     """One row per speculative cell with plain beside it: what is measured and the inputs to predict it."""
     d = json.loads(path.read_text())
@@ -112,11 +121,11 @@ def rows(path: Path, engine: str) -> list[dict[str, Any]]:
             # the profiler's waves (run.wave_rounds x C prompts, picker/profiler/run.py): prefills land
             # only in the gaps of a wave's own requests
             "requests": min(int(c.get("requests", 0)) or waves * int(c["concurrency"]), waves * int(c["concurrency"])),
-            "plain_step_ms": float(p["itl_ms_p50"]), "plain_mean_gap_ms": float(p["itl_ms_mean"]),
+            "plain_step_ms": _step(p), "plain_mean_gap_ms": float(p["itl_ms_mean"]),
             "plain_jitter_ms": float(p["itl_ms_p99"]) - float(p["itl_ms_p50"]),
             "prefill_ms": float(prefill.get((c["task"], float(c["temperature"])), p["ttft_ms_p50"])),
             "joint_share": joint.get((c["task"], float(c["temperature"])), 1.0),
-            "measured_R": float(c["itl_ms_p50"]) / float(p["itl_ms_p50"]),
+            "measured_R": float(c["itl_ms_mean"]) / float(p["itl_ms_mean"]),
             "model_R": zoo_ratio(c, prompt, n_out) if engine == "zoo" else None,
             "tpot_ms": float(c["tpot_ms_mean"]), "itl_p99_ms": float(c["itl_ms_p99"]),
         })
