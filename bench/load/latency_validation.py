@@ -23,10 +23,19 @@ and the median absolute relative error per engine and figure. The measured p99 c
 machine's jitter (a shared 2-core box: a preempted thread is a 100 ms gap), which the model does
 not; ``+jitter`` adds the plain cell's own p99 - p50 excess (also from plain decoding only).
 
-    python bench/load/latency_validation.py --zoo /work/logs/latpred-zoo/summary.json \\
-        --vllm /work/logs/latpred-data/vllm-cpu-zoo/summary.json \\
-        --llamacpp /work/logs/latency-real2/grid/ngram-N1-np1/summary.json \\
-                   /work/logs/latency-real2/grid/vanilla-N4-np1/summary.json
+    D=bench/load/latency-data
+    python bench/load/latency_validation.py --zoo $D/zoo-static-waves.summary.json $D/zoo-wave-rounds-4.summary.json \\
+        --vllm $D/vllm-cpu-ngram4.summary.json $D/vllm-cpu-ngram2.summary.json \\
+        --llamacpp $D/llamacpp-qwen-ngram1.summary.json $D/llamacpp-qwen-draft4.summary.json
+
+The runs (``specpick profile``, one thread, a 2-core machine shared with other jobs, load 8-14):
+zoo ``--strategies ngram,vanilla --num-draft-tokens 1,4 --tasks code,chat --temperatures 0
+--limit-per-task 32 --max-new-tokens 48 --ignore-eos --no-early-stop``, ``--concurrency 1,4,16``
+(static waves) and ``--concurrency 1,4,8 --wave-rounds 4`` (a wave turns its slots over, so
+prefills land in gaps); vLLM's CPU build serving the zoo target, plain beside ngram N=4 and N=2
+(one server each), ``--tasks code,chat,summarization --limit-per-task 24 --concurrency 1,4,16``;
+llama.cpp: the real Qwen2.5-Coder pair's grid from the latency issue (one request per cell, 32
+tokens, ``scripts/real_llamacpp_regret.py``'s machine).
 """
 
 from __future__ import annotations
@@ -48,6 +57,10 @@ ZOO_CALIBRATION = HERE / "zoo-ci-cpu-calibration.json"
 # The zoo's draft model (picker.zoo, ci preset): one Llama layer of width 64 over the 2048-token vocabulary.
 ZOO_DRAFT = ModelShape(2048 * 64 + 4 * 64 * 64 + 3 * 64 * 172, 1, 64, 1, 32, 2048, 4.0, 4.0, name="zoo-draft")
 
+# Mean prompt of the builtin code and chat prompts on the zoo's tokenizer (the records of the runs in
+# bench/load/latency-data), where a summary has no records.jsonl beside it.
+ZOO_PROMPT_TOKENS = 57.0
+
 Key = tuple[str, float, int]  # task, temperature, concurrency
 
 
@@ -67,7 +80,7 @@ def zoo_ratio(cell: dict[str, Any], prompt_tokens: float, output_tokens: float) 
 
 
 def _prompt_tokens(run_dir: Path) -> float:
-    """Mean prompt length of the run's requests (records.jsonl), 0 when not recorded."""
+    """Mean prompt length of the run's requests (records.jsonl), else :data:`ZOO_PROMPT_TOKENS`."""
     lengths = []
     path = run_dir / "records.jsonl"
     if path.exists():
@@ -75,7 +88,7 @@ def _prompt_tokens(run_dir: Path) -> float:
             extra = json.loads(line).get("extra") or {}
             if "prompt_tokens" in extra:
                 lengths.append(float(extra["prompt_tokens"]))
-    return statistics.fmean(lengths) if lengths else 0.0
+    return statistics.fmean(lengths) if lengths else ZOO_PROMPT_TOKENS
 
 
 def _joint_shares(baselines: list[dict[str, Any]], prefill: dict[tuple[str, float], float]) -> dict[tuple[str, float], float]:
@@ -195,6 +208,14 @@ def main(argv: list[str] | None = None) -> int:
             p9 = statistics.median(_err(r["pred_itl_p99_ms"], r["itl_p99_ms"]) for r in sel)
             pj = statistics.median(_err(r["pred_itl_p99_jitter_ms"], r["itl_p99_ms"]) for r in sel)
             print(f"  {engine:9s} R={how:6s} n={len(sel):3d}  TPOT {tp:6.1%}   p99 ITL {p9:6.1%}   p99 ITL +jitter {pj:6.1%}")
+            for name, part in (("C=1", [r for r in sel if r["concurrency"] == 1]),
+                               ("C>1", [r for r in sel if r["concurrency"] > 1])):
+                if part:
+                    print(f"  {'':9s} {name:8s} n={len(part):3d}  TPOT "
+                          f"{statistics.median(_err(r['pred_tpot_ms'], r['tpot_ms']) for r in part):6.1%}   p99 ITL "
+                          f"{statistics.median(_err(r['pred_itl_p99_ms'], r['itl_p99_ms']) for r in part):6.1%}   "
+                          "p99 ITL +jitter "
+                          f"{statistics.median(_err(r['pred_itl_p99_jitter_ms'], r['itl_p99_ms']) for r in part):6.1%}")
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
     return 0
