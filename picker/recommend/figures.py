@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from picker.recommend.contract import BatchRange, Recommendation
+from picker.recommend.uncertainty import ENABLE_LOW
 
 DIGITS = 3
 
@@ -70,7 +71,8 @@ def _speedup(r: BatchRange) -> str:
         f"{times(r.predicted_speedup)} → {times(r.predicted_speedup_at_max_batch)}"
     if r.uncertain and r.predicted_speedup_range is not None:
         lo, hi = r.predicted_speedup_range
-        span += f" (uncertain: {times(lo)}–{times(hi)} straddles 1.0x; measure at this batch)"
+        what = "off: measure it (Why)" if not r.num_speculative_tokens else "above the concurrency to keep"
+        span += f" (uncertain: {times(lo)}–{times(hi)} does not clear {times(ENABLE_LOW)}; {what})"
     return span
 
 
