@@ -15,6 +15,7 @@ from typing import Any
 
 from picker.recommend.contract import Recommendation
 from picker.recommend.explain import markdown as explain_markdown
+from picker.recommend.latency import latency_markdown
 from picker.recommend.figures import SCHEDULE_COLUMNS, fraction, headline, schedule_rows, times
 from picker.recommend.result import Result
 
@@ -108,6 +109,7 @@ def markdown(rec: Recommendation) -> str:
         out += ["", "| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
         out += ["| " + " | ".join(cells) + " |" for cells in schedule_rows(rec)]
         out.append("")
+    out += latency_markdown(rec)
     if rec.warnings:
         out += ["### Warnings", *[f"- {w}" for w in rec.warnings], ""]
     out += ["## Per task type", "", "| task | share | best strategy | α (range) | evidence | best alone | deployed |",
