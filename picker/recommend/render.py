@@ -15,8 +15,8 @@ from typing import Any
 
 from picker.recommend.contract import Recommendation
 from picker.recommend.explain import markdown as explain_markdown
-from picker.recommend.latency import latency_markdown
 from picker.recommend.figures import SCHEDULE_COLUMNS, fraction, headline, schedule_rows, times
+from picker.recommend.latency import latency_markdown
 from picker.recommend.result import Result
 
 FORMATS = ("md", "json", "yaml")
