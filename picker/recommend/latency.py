@@ -47,7 +47,7 @@ SLO_LABELS = {"itl_p99_ms": "p99 ITL", "itl_p50_ms": "p50 ITL", "ttft_ms": "TTFT
 CONSTRAINTS = ("itl_p99_ms", "ttft_ms", "tpot_ms")
 # The rollout's tail-latency gate: the canary's p99 ITL over the baseline's may exceed the predicted
 # ratio by this much before it fails. The model's p99 has no machine jitter (a preempted thread, a
-# network hiccup) and is validated to about this median error (docs/latency.md, predicted latency).
+# network hiccup) and is validated to about this median error (docs/latency-prediction.md).
 ITL_GATE_TOLERANCE = 0.15
 
 
