@@ -29,7 +29,7 @@ from picker.engine.plugins import load_strategies
 from picker.inputs.measurements import load_measurements
 from picker.inputs.workload import load_profile
 from picker.profiler.run import records_of
-from picker.profiler.vllm import WARMUP_PROMPT
+from picker.profiler.source import WARMUP
 from picker.profiler.vllm_server import Server
 from picker.recommend.engine_configs import ScheduleEntry, build_engine_configs
 from picker.recommend.scoring import Scorer
@@ -170,6 +170,11 @@ def _complete(base: str, body: dict[str, Any]) -> None:
         assert json.loads(resp.read())["usage"]["completion_tokens"] == body["max_tokens"]
 
 
+def summary_warmup(out: Path) -> str:
+    """What the run's metadata says it did before timing."""
+    return str(json.loads((out / "summary.json").read_text())["run"]["source"]["warmup"])
+
+
 def _sums(records: list[Any]) -> dict[str, int]:
     """A record's counters named as the server names them."""
     out = {f"{SPEC}drafts_total": sum(r.draft_steps or 0 for r in records),
@@ -192,8 +197,6 @@ def test_profile_under_load_matches_the_servers_counters_wave_by_wave(
         return {"model": model, "prompt": text, "max_tokens": tokens, "temperature": 0.0, "seed": 0,
                 "ignore_eos": True}
 
-    # The profiler's untimed warm-up also reaches the counters: what it costs, measured alone.
-    warm = _delta(spec, body(WARMUP_PROMPT, 16))
     before = _settled(spec)
     out = tmp_path / "run"
     result = CliRunner().invoke(app, [
@@ -206,20 +209,23 @@ def test_profile_under_load_matches_the_servers_counters_wave_by_wave(
     records = records_of(out)
     ours = [r for r in records if not r.cell.is_plain]
     assert len(ours) == sum(LOAD_PROMPTS // c for c in LOAD_LEVELS)  # one record per wave
-    # Whole run: the waves' counters plus the warm-up are all the server counted.
-    assert {k: v + warm.get(k, 0) for k, v in _sums(ours).items()} == total, (total, warm)
-    assert total[f"{SPEC}drafts_total"] > 0 and total[f"{SPEC}accepted_tokens_total"] > 0
-    # Wave by wave: each prompt again, alone, counted by the server. At T = 0 a sequence's drafts and
-    # acceptances do not depend on what it shared a batch with, so a wave's counters are the sum of
-    # its prompts' -- at concurrency 2 too, where a count landing in the wrong wave would show.
+    # Each prompt again, alone, counted by the server. At T = 0 a sequence's drafts and acceptances
+    # do not depend on what it shared a batch with, so a wave's counters are the sum of its prompts'
+    # -- at concurrency 2 too, where a count landing in the wrong wave would show.
     prompts = {p.id: p for p in builtin_prompts(["code"], LOAD_PROMPTS, 0)}
     alone = {pid: _delta(spec, body(render_turn(p, 0, []), LOAD_TOKENS)) for pid, p in prompts.items()}
+    # Whole run: the waves' counters plus the profiler's untimed warm-up are all the server counted;
+    # the warm-up (source.WARMUP) is the first wave's first prompt at T = 0, so it counts as that prompt alone.
+    waves = sorted(records, key=lambda r: r.extra["wave_t0"])
+    warm = alone[waves[0].prompt_ids[0]]
+    assert summary_warmup(out) == WARMUP
+    assert {k: v + warm.get(k, 0) for k, v in _sums(ours).items()} == total, (total, warm)
+    assert total[f"{SPEC}drafts_total"] > 0 and total[f"{SPEC}accepted_tokens_total"] > 0
     for r in ours:
         expect = {k: sum(alone[pid][k] for pid in r.prompt_ids) for k in _sums([r])}
         print(strategy, r.cell.concurrency, r.prompt_ids, _sums([r]))
         assert _sums([r]) == expect, (r.prompt_ids, r.cell.concurrency, expect)
     # Waves: C prompts each, forced length, spans in order and disjoint across levels and servers.
-    waves = sorted(records, key=lambda r: r.extra["wave_t0"])
     for r in waves:
         assert len(r.prompt_ids) == r.cell.concurrency and r.tokens == LOAD_TOKENS * r.cell.concurrency
         assert r.extra["t1"] > r.extra["wave_t0"]
