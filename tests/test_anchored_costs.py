@@ -69,13 +69,14 @@ def test_the_step_cost_the_plan_reports_is_the_one_it_scored_with(scorer: Scorer
     weights = [(b.weight, step_ratio(scorer.candidate(o, b))) for b in buckets(scorer.profile)]  # all at batch 1
     assert cost.step_ratio == pytest.approx(sum(w * r for w, r in weights) / sum(w for w, _ in weights), rel=1e-6)
     assert cost.step_ratio > scorer.model_cost(o, 1).step_ratio * 1.05
+    # The shipped cells (re-measured with plain and ngram N = 1 interleaved, 5 rounds per task) put
+    # ngram N = 1 below plain on this deployment: the plan leaves speculation off and says which
+    # option it weighed. (Before they were re-measured the plan enabled ngram N = 1, which
+    # scripts/real_llamacpp_regret.py measured at 0.79x.)
     rec = recommend(load_profile(PROFILE), load_measurements(MEASURED))
-    assert rec.decision.strategy == "ngram" and rec.decision.num_speculative_tokens == 1
-    assert rec.break_even_accept_length == pytest.approx(cost.step_ratio, abs=1e-3)
-    assert rec.break_even_alpha == pytest.approx(break_even(o.config, cost), abs=1e-3)
-    assert any("measured at concurrency 1" in line for line in rec.rationale)
-    first = rec.decision.batch_schedule[0]
-    assert first.min_batch == 1 and first.break_even_alpha == pytest.approx(rec.break_even_alpha, abs=1e-3)
+    assert rec.decision.strategy == "none" and rec.predicted_speedup.mean == 1.0
+    assert any("ngram, N=1" in line for line in rec.rationale), rec.rationale
+    assert break_even(o.config, cost) > 0
 
 
 def test_at_four_requests_the_same_measurements_leave_it_off(tmp_path: Path) -> None:
