@@ -2,8 +2,8 @@
 
     >>> from picker.inputs.workload import load_profile                      # doctest: +SKIP
     >>> from picker.recommend.pipeline import recommend                        # doctest: +SKIP
-    >>> rec = recommend(load_profile("profiles/chat-70b-h100.yaml"))  # doctest: +SKIP
-    >>> rec.decision.strategy                                         # doctest: +SKIP
+    >>> rec = recommend(load_profile("profiles/chat-70b-h100.yaml")).recommendation  # doctest: +SKIP
+    >>> rec.decision.strategy                                                         # doctest: +SKIP
     'eagle3'
 
 Heavy libraries (torch, transformers, scikit-learn) are imported lazily, so the CLI starts fast.

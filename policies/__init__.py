@@ -21,13 +21,15 @@ from typing import TYPE_CHECKING, Any
 _EXPORTS: dict[str, str] = {
     # the analytic cost model of one configuration
     "Config": "analytic", "CostContext": "analytic", "chain": "analytic", "configs_for": "analytic",
-    "config_cost": "analytic", "speedup": "analytic", "break_even": "analytic",
+    "config_cost": "analytic", "speedup": "analytic", "break_even": "analytic", "expected_length": "analytic",
     # step costs and shapes
     "StepCost": "costmodel", "estimate": "estimation", "eagle_layer_shape": "costmodel",
     "medusa_heads_shape": "costmodel", "ModelShape": "roofline",
     # evidence and candidate rows
-    "Candidate": "features", "CostEvidence": "features", "Evidence": "features", "base_range": "features",
-    "base_speedup": "features", "feature_matrix": "features", "step_ratio": "features",
+    "Candidate": "evidence", "CostEvidence": "evidence", "Evidence": "evidence",
+    # the core speedup model of one candidate row, and its numeric encoding for the learned correction
+    "base_range": "speedup_model", "base_speedup": "speedup_model", "step_ratio": "speedup_model",
+    "feature_matrix": "encoding",
     "evidence_from_cell": "cell_evidence", "live_step_points": "cell_evidence",
     "load_priors": "priors",
     # the fitted policy
@@ -47,7 +49,8 @@ __all__ = [  # every key of _EXPORTS (tests/test_recommend_pipeline.py checks th
     "ModelShape", "OnlineParams", "Policy", "SpeedupEstimator", "StepCost", "base_range", "base_speedup",
     "beta_quantile", "beta_var", "break_even", "break_even_from_ratio", "calibration_for", "chain",
     "chain_evidence", "chain_length", "config_cost", "configs_for", "decayed_update", "eagle_layer_shape",
-    "engine_curve", "estimate", "evidence_from_cell", "expected_length_iid", "feature_matrix", "gate_next",
+    "engine_curve", "estimate", "evidence_from_cell", "expected_length", "expected_length_iid", "feature_matrix",
+    "gate_next",
     "live_step_points", "load_calibration", "load_policy", "load_priors", "medusa_heads_shape",
     "solve_alpha", "speedup", "step_ratio", "tree_length",
 ]
@@ -74,6 +77,7 @@ if TYPE_CHECKING:  # the same names, for type checkers
         chain,
         config_cost,
         configs_for,
+        expected_length,
         speedup,
     )
     from policies.artifacts import Policy, load_policy
@@ -86,15 +90,8 @@ if TYPE_CHECKING:  # the same names, for type checkers
     )
     from policies.estimation import estimate
     from policies.estimator import SpeedupEstimator
-    from policies.features import (
-        Candidate,
-        CostEvidence,
-        Evidence,
-        base_range,
-        base_speedup,
-        feature_matrix,
-        step_ratio,
-    )
+    from policies.encoding import feature_matrix
+    from policies.evidence import Candidate, CostEvidence, Evidence
     from policies.loadcurve import engine_curve
     from policies.online import (
         JEFFREYS,
@@ -109,4 +106,5 @@ if TYPE_CHECKING:  # the same names, for type checkers
     from policies.priors import load_priors
     from policies.roofline import ModelShape
     from policies.scalar import chain_length, solve_alpha, tree_length
+    from policies.speedup_model import base_range, base_speedup, step_ratio
     from policies.theory import expected_length_iid

@@ -1,6 +1,6 @@
 """Policy artifacts: a fitted estimator as JSON (never pickle), with its model card.
 
-The file holds the estimator's parameters, its training rows (``policies.features.FEATURES``
+The file holds the estimator's parameters, its training rows (``policies.encoding.FEATURES``
 columns, NaN as null) and a model card. Loading refits the estimator on those rows -- the fit is
 deterministic and takes about a second -- and checks that it reproduces the predictions stored
 beside a few probe rows, so a scikit-learn upgrade that changes the model fails loudly instead of
@@ -8,7 +8,7 @@ silently. JSON keeps the artifact portable across scikit-learn versions and read
 code is ever loaded from it.
 
     >>> import numpy as np, tempfile, pathlib
-    >>> from policies.features import FEATURES
+    >>> from policies.encoding import FEATURES
     >>> X = np.zeros((40, len(FEATURES))); X[:, 0] = np.linspace(0, 1, 40)
     >>> est = SpeedupEstimator(correction="constant").fit(X, np.exp(X[:, 0]) * 0.9)
     >>> path = pathlib.Path(tempfile.mkdtemp()) / "policy.json"
@@ -37,7 +37,7 @@ import sklearn
 
 from picker.errors import UserError
 from policies.estimator import SpeedupEstimator
-from policies.features import FEATURES
+from policies.encoding import FEATURES
 
 SCHEMA = "specpicker.policy/1"
 PROBE_ROWS = 16

@@ -1,11 +1,11 @@
 """Evidence from measured cells: a profiler summary cell (``summary.json``, or a live engine's) read
-into the :class:`~policies.features.Evidence` and :class:`~policies.features.CostEvidence` that
+into the :class:`~policies.evidence.Evidence` and :class:`~policies.evidence.CostEvidence` that
 candidates carry -- α and per-position acceptance with their interval, measured sibling odds, step
 costs in plain-step units (drafting split into per step and per forward from two chain lengths, the
 verify curve anchored to the loop's own measured ratio), and, for engines that report no step
 timings, the step ratio a cell's end-to-end speedup implies.
 
-The analytic model that scores those candidates is :mod:`policies.features`.
+The analytic model that scores those candidates is :mod:`policies.speedup_model`.
 """
 
 from __future__ import annotations
@@ -14,14 +14,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from picker.engine.plugins import Capabilities
-from policies.features import (
-    Candidate,
-    CostEvidence,
-    Evidence,
-    curve_ratio,
-    draft_units,
-    steps_per_generation,
-)
+from policies.evidence import Candidate, CostEvidence, Evidence
+from policies.speedup_model import curve_ratio, draft_units, steps_per_generation
 
 # Anchoring the forward-only verify curve to the loop's measured ratio: below this rise the
 # measured point says nothing about the scale; the scale is clipped to a plausible dilution.

@@ -1,6 +1,6 @@
 """The policy's speedup model as a scikit-learn estimator: the analytic base plus a learned correction.
 
-``X`` holds candidate rows (``policies.features.FEATURES``); column ``base_column`` is the log of
+``X`` holds candidate rows (``policies.encoding.FEATURES``); column ``base_column`` is the log of
 the analytic cost model's speedup. Unfitted, the estimator predicts exactly that (the cost model
 needs no training data, so the ``requires_fit`` tag is False). ``fit`` learns a correction on the
 log-residual ``log(measured) − log(base)``: gradient boosting once there are enough rows, a

@@ -29,8 +29,8 @@ from typing import Literal, get_args
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-Strategy = Literal["vanilla", "medusa", "eagle3", "lookahead", "ngram"]
-Task = Literal["chat", "code", "structured", "math", "summarization", "rag", "translation", "creative"]
+Strategy = Literal["vanilla", "medusa", "eagle3", "lookahead", "ngram", "mtp", "suffix"]
+Task = Literal["chat", "code", "structured", "math", "summarization", "rag", "translation", "creative", "agentic"]
 Kind = Literal["published", "derived", "assumption"]
 
 STRATEGIES: tuple[str, ...] = get_args(Strategy)

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def rec() -> dict:
-    return recommend(load_profile(ROOT / "profiles" / "chat-70b-h100.yaml")).model_dump(mode="json")
+    return recommend(load_profile(ROOT / "profiles" / "chat-70b-h100.yaml")).recommendation.model_dump(mode="json")
 
 
 def test_every_batch_maps_to_its_schedule_row(rec: dict) -> None:

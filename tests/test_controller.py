@@ -81,7 +81,7 @@ def transitions(reasons: list[str]) -> list[tuple[int, str]]:
 # ----- choose: schedule, temperature switch, construction ----------------------------------------
 
 def test_choose_follows_the_batch_schedule_of_a_real_recommendation() -> None:
-    rec = recommend(load_profile(PROFILES / "code-assistant-8b-a100.yaml"))
+    rec = recommend(load_profile(PROFILES / "code-assistant-8b-a100.yaml")).recommendation
     ctl = Controller.from_recommendation(rec)
     for r in rec.decision.batch_schedule:
         for b in {r.min_batch, r.max_batch or r.min_batch * 4, (r.min_batch + (r.max_batch or r.min_batch)) // 2}:
@@ -102,17 +102,24 @@ def test_temperature_switch_and_batch_off() -> None:
     assert not ctl.choose(17, 0.0).enabled
 
 
-def test_from_recommendation_json_and_switch_from_the_contract() -> None:
-    # A plan that speculates at batch 1 and is off from batch 129 (offline-batch used to be one; on
-    # the load curve its Medusa N=1 no longer pays and the plan leaves speculation off).
-    rec = recommend(load_profile(PROFILES / "chat-70b-h100.yaml")).model_dump(mode="json")
-    assert rec["decision"]["batch_schedule"][-1] == {**rec["decision"]["batch_schedule"][-1], "min_batch": 129,
+def test_from_recommendation_json_and_switch_from_the_contract(tmp_path: Path) -> None:
+    # A plan that speculates at batch 1 and is off from batch 257: the chat-70b deployment on vLLM,
+    # which switches the draft length by batch size (offline-batch used to be one; on the load curve
+    # its Medusa N=1 no longer pays. The shipped chat-70b plan was one until its SGLang tree got the
+    # schedule SGLang can run: the full tree at every batch).
+    import yaml
+
+    doc = yaml.safe_load((PROFILES / "chat-70b-h100.yaml").read_text())
+    doc["engine"] = {"name": "vllm", "version": "0.32.0"}
+    (tmp_path / "chat-vllm.yaml").write_text(yaml.safe_dump(doc))
+    rec = recommend(load_profile(tmp_path / "chat-vllm.yaml")).recommendation.model_dump(mode="json")
+    assert rec["decision"]["batch_schedule"][-1] == {**rec["decision"]["batch_schedule"][-1], "min_batch": 257,
                                                      "num_speculative_tokens": 0}
     rec["decision"]["temperature_switch"] = {"above": 0.5, "action": "disable", "reason": "test"}
     ctl = Controller.from_recommendation(json.loads(json.dumps(rec)))
     assert ctl.choose(1, 0.4).reason == "speculate"
     assert ctl.choose(1, 0.6).reason == "off_temperature"
-    assert ctl.choose(129, 0.0).reason == "off_batch_schedule"
+    assert ctl.choose(257, 0.0).reason == "off_batch_schedule"
 
 
 def test_tree_decisions_carry_the_tree_and_none_never_speculates() -> None:
@@ -128,7 +135,7 @@ def test_tree_decisions_carry_the_tree_and_none_never_speculates() -> None:
 
 def test_break_even_depends_on_batch_through_the_cost_model() -> None:
     ctl = Controller.from_profile(PROFILES / "code-assistant-8b-a100.yaml")
-    rec = recommend(load_profile(PROFILES / "code-assistant-8b-a100.yaml"))
+    rec = recommend(load_profile(PROFILES / "code-assistant-8b-a100.yaml")).recommendation
     # The recommendation's own break-even is at its typical batch; ours reproduces it there.
     alphas = {b: ctl.break_even_alpha(b) for b in (1, 8, 64, 1000)}
     assert len(set(alphas.values())) > 1

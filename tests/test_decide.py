@@ -7,7 +7,7 @@ from pathlib import Path
 import yaml
 
 from picker.inputs.workload import load_profile
-from picker.recommend.decide import merge_schedule
+from picker.recommend.schedule import merge_schedule
 from picker.recommend.pipeline import recommend
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,13 +36,13 @@ def test_larger_batches_predict_less(tmp_path: Path) -> None:
     big = tmp_path / "big"
     big.mkdir()
     large = _variant(big, "code-assistant-8b-a100.yaml", traffic__concurrency=[{"batch_size": 256, "weight": 1.0}])
-    assert recommend(load_profile(small)).predicted_speedup.mean > recommend(load_profile(large)).predicted_speedup.mean
+    assert recommend(load_profile(small)).recommendation.predicted_speedup.mean > recommend(load_profile(large)).recommendation.predicted_speedup.mean
 
 
 def test_no_drafters_and_no_lookup_means_off(tmp_path: Path) -> None:
     path = _variant(tmp_path, "code-assistant-8b-a100.yaml",
-                    drafters={"allow_ngram": False, "allow_lookahead": False})
-    rec = recommend(load_profile(path))
+                    drafters={"allow_ngram": False, "allow_lookahead": False, "disabled": ["suffix"]})
+    rec = recommend(load_profile(path)).recommendation
     assert rec.decision.strategy == "none"
     assert rec.decision.batch_schedule[0].num_speculative_tokens == 0
     assert rec.engine_configs == {}
@@ -51,7 +51,7 @@ def test_no_drafters_and_no_lookup_means_off(tmp_path: Path) -> None:
 def test_missing_head_is_not_deployed(tmp_path: Path) -> None:
     path = _variant(tmp_path, "chat-70b-h100.yaml", drafters={"allow_ngram": True, "allow_lookahead": True,
                                                               "draft_model": {"name": "d", "params_b": 1.24}})
-    rec = recommend(load_profile(path))
+    rec = recommend(load_profile(path)).recommendation
     assert rec.decision.strategy != "eagle3"
     eagle = [c for c in rec.alternatives if c.strategy == "eagle3"]
     assert eagle and not eagle[0].feasible
@@ -59,14 +59,14 @@ def test_missing_head_is_not_deployed(tmp_path: Path) -> None:
 
 def test_batch_schedule_never_lengthens() -> None:
     for profile in sorted((ROOT / "profiles").glob("*.yaml")):
-        ks = [r.num_speculative_tokens for r in recommend(load_profile(profile)).decision.batch_schedule]
+        ks = [r.num_speculative_tokens for r in recommend(load_profile(profile)).recommendation.decision.batch_schedule]
         assert ks == sorted(ks, reverse=True), (profile.name, ks)
-        assert max(ks) == recommend(load_profile(profile)).decision.num_speculative_tokens
+        assert max(ks) == recommend(load_profile(profile)).recommendation.decision.num_speculative_tokens
 
 
 def test_tight_itl_slo_excludes_slow_steps(tmp_path: Path) -> None:
     path = _variant(tmp_path, "chat-70b-h100.yaml", slo={"itl_p50_ms": 0.5, "itl_p99_ms": 1.0})
-    rec = recommend(load_profile(path))
+    rec = recommend(load_profile(path)).recommendation
     assert rec.decision.strategy == "none"
     assert any("SLO" in note for c in rec.alternatives for note in c.notes)
 
@@ -84,7 +84,7 @@ def test_temperature_switch_keeps_speculation_where_the_workload_runs(tmp_path: 
     cells = [{"task": task, "strategy": "vanilla", "temperature": t, "alpha": a, "alpha_ci": [a - 0.01, a + 0.01],
               "samples": 40, "num_draft_tokens": 4}
              for task in ("creative", "chat") for t, a in ((0.0, 0.05), (1.0, 0.9))]
-    rec = recommend(load_profile(path), Measurements.model_validate({"cells": cells}))
+    rec = recommend(load_profile(path), Measurements.model_validate({"cells": cells})).recommendation
     switch = rec.decision.temperature_switch
     assert rec.decision.strategy == "vanilla" and rec.predicted_speedup.mean > 1.5, switch
     assert switch.above is None or switch.above >= 1.0, switch
@@ -103,7 +103,8 @@ class _Curve:
 
 
 def test_a_batch_range_gets_its_own_lower_temperature_switch() -> None:
-    from picker.recommend.decide import _range_switch, temperature_switch
+    from picker.recommend.schedule import range_switch as _range_switch
+    from picker.recommend.schedule import temperature_switch
 
     curve = _Curve()
     overall = temperature_switch(curve, [], None)  # type: ignore[arg-type]
@@ -115,7 +116,7 @@ def test_a_batch_range_gets_its_own_lower_temperature_switch() -> None:
 
 def test_schedule_ranges_say_when_their_range_straddles_one() -> None:
     for profile in sorted((ROOT / "profiles").glob("*.yaml")):
-        rec = recommend(load_profile(profile))
+        rec = recommend(load_profile(profile)).recommendation
         for r in rec.decision.batch_schedule:
             if rec.decision.strategy == "none":  # nothing scored on the batch grid
                 assert r.predicted_speedup_range is None and not r.uncertain

@@ -318,11 +318,11 @@ def test_plain_url_must_not_speculate(tmp_path: Path) -> None:
 
 def test_recommend_uses_llamacpps_step_cost_from_a_plain_baseline(tmp_path: Path) -> None:
     """Measurements from ``--backend llamacpp`` count as the llama_cpp engine's own (backend and
-    engine names differ): with a plain baseline the Scorer derives the step ratio from them."""
+    engine names differ): with a plain baseline the evidence index derives the step ratio from them."""
     from picker.engine.plugins import load_strategies
     from picker.inputs.measurements import load_measurements
     from picker.inputs.workload import load_profile
-    from picker.recommend.scoring import Scorer
+    from picker.recommend.evidence_index import evidence, index_evidence
     from tests.engines.support import ROOT
 
     with LlamaDouble(RATES) as spec, LlamaDouble([], types="") as plain:
@@ -335,13 +335,13 @@ def test_recommend_uses_llamacpps_step_cost_from_a_plain_baseline(tmp_path: Path
     meas = load_measurements(tmp_path / "summary.json")
     # The double serves another model than the shipped profile's: its costs are not the deployment's
     # (picker.inputs.provenance). A profile of the served model and build takes them.
-    assert not Scorer(shipped, meas).measured_costs
+    assert not index_evidence(shipped, meas).measured_costs
     profile = shipped.model_copy(update={
         "model": shipped.model.model_copy(update={"name": "zoo-ci-target"}),
         "engine": shipped.engine.model_copy(update={"version": "b0-double"})})
-    scorer = Scorer(profile, meas)
-    assert scorer.measured_costs
-    ev = scorer.evidence(load_strategies()["vanilla"], "creative", 1.0)
+    index = index_evidence(profile, meas)
+    assert index.measured_costs
+    ev = evidence(index, load_strategies()["vanilla"], "creative", 1.0)
     assert ev.source == "measured" and ev.cost is not None and ev.cost.step_points
     assert ev.cost.step_points[0][0] == 3
 

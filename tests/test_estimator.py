@@ -141,16 +141,9 @@ from picker.engine.plugins import Capabilities  # noqa: E402
 from picker.inputs.hardware import get_hardware  # noqa: E402
 from policies import analytic  # noqa: E402
 from policies.cell_evidence import evidence_from_cell  # noqa: E402
-from policies.features import (  # noqa: E402
-    FEATURES,
-    Candidate,
-    CostEvidence,
-    Evidence,
-    base_range,
-    base_speedup,
-    feature_matrix,
-    step_ratio,
-)
+from policies.encoding import FEATURES, feature_matrix  # noqa: E402
+from policies.evidence import Candidate, CostEvidence, Evidence  # noqa: E402
+from policies.speedup_model import base_range, base_speedup, step_ratio  # noqa: E402
 from policies.roofline import ModelShape  # noqa: E402
 
 DRAFT = Capabilities(needs_draft_model=True)
@@ -205,7 +198,7 @@ def test_feature_rows_start_with_the_log_base() -> None:
 
 
 def test_lookup_draft_share_carries_across_draft_lengths() -> None:
-    from policies.features import draft_step_share
+    from policies.speedup_model import draft_step_share
 
     # 90% of the text is matchable; at E[L] = 4.2 that is 69% of steps, at E[L] = 1.5 it is 86%.
     assert draft_step_share(0.9, 4.2) == pytest.approx(0.682, abs=1e-3)
@@ -266,7 +259,7 @@ def _chain_cell(n: int, per_step_draft: float, steps: int = 10, plain: float = 0
 def test_a_tree_drafts_over_its_top_k_nodes_at_each_later_depth() -> None:
     """Depth 1 drafts from the root; depths 2..D run the drafter over top-k nodes, charged at the
     verify curve's ratio for k tokens. A chain (top-k 1) and Medusa's heads are as before."""
-    from policies.features import step_ratio, tree_width
+    from policies.speedup_model import step_ratio, tree_width
 
     layer = Capabilities(needs_hidden_states=True, tree=True, draft_cost="target_layer")
     curve = ((1.0, 1.0), (4.0, 1.3), (16.0, 1.6))
@@ -284,7 +277,7 @@ def test_a_tree_drafts_over_its_top_k_nodes_at_each_later_depth() -> None:
 
 def test_two_chain_lengths_split_the_drafting_cost() -> None:
     from policies.cell_evidence import split_draft_cost
-    from policies.features import step_ratio
+    from policies.speedup_model import step_ratio
 
     d0, d = 0.3, 0.2
     long, short = _chain_cell(8, d0 + 8 * d), _chain_cell(1, d0 + d)
@@ -302,7 +295,7 @@ def test_two_chain_lengths_split_the_drafting_cost() -> None:
 
 
 def test_the_last_step_is_cut_at_the_output_limit() -> None:
-    from policies.features import steps_per_generation
+    from policies.speedup_model import steps_per_generation
 
     assert steps_per_generation(1.0, 48) == pytest.approx(47)                  # plain: T - 1 steps
     assert steps_per_generation(9.0, 49) == pytest.approx((48 + 4) / 9)        # overshoot (L - 1)/2
@@ -319,7 +312,7 @@ def test_mixed_steps_overshoot_the_limit_by_their_long_steps(f: float, e: float)
     """Prompt lookup: a share f of steps drafts E tokens, the rest one. Counted step by step, the
     mean number of steps to emit 31 tokens matches the renewal formula; the all-drafting (L - 1)/2
     at the same mean counts too few (it leaves out that only the long steps overshoot)."""
-    from policies.features import steps_per_generation
+    from policies.speedup_model import steps_per_generation
 
     rng = random.Random(0)
     runs, decode = 20000, 31
@@ -340,7 +333,7 @@ def test_a_chains_spread_of_accept_lengths_sets_its_overshoot() -> None:
     """Accept lengths drawn from per-position rates, counted step by step: the steps to emit 31
     tokens match the renewal formula with the chain's E[L(L - 1)] (P(L > k) = a_1···a_k); a
     constant L at the same mean undercounts them."""
-    from policies.features import drafted_length, drafted_moment, steps_per_generation
+    from policies.speedup_model import drafted_length, drafted_moment, steps_per_generation
 
     pp = (0.95, 0.9, 0.9, 0.85, 0.8, 0.8, 0.8, 0.8)
     c = Candidate(DRAFT, depth=8, evidence=Evidence(0.8, 0.8, 0.8, "measured", per_position=pp))
@@ -371,7 +364,7 @@ def test_live_cells_give_step_ratios_that_reproduce_their_speedup() -> None:
     """A live engine reports tokens/s against plain and acceptance, not step timings: the implied
     step ratio R at each measured N reproduces the measured speedup, and other N interpolate."""
     from policies.cell_evidence import live_step_points, live_step_ratio
-    from policies.features import points_ratio, step_ratio
+    from policies.speedup_model import points_ratio, step_ratio
 
     # 10 requests of 48 tokens at 3 tokens a step: 16 decode steps each, the last cut to 2 tokens.
     cell = {"num_draft_tokens": 4, "speedup_vs_plain": 1.5, "tokens": 480, "samples": 10, "tau": 3.0,
@@ -400,18 +393,18 @@ def test_recommend_uses_live_step_ratios_when_the_engine_reports_no_timings(tmp_
     from picker.engine.plugins import load_strategies
     from picker.inputs.measurements import Measurements
     from picker.inputs.workload import load_profile
-    from picker.recommend.scoring import Scorer
+    from picker.recommend.evidence_index import evidence, index_evidence
 
     profile = load_profile(Path(__file__).parents[1] / "profiles" / "chat-70b-h100.yaml")
     live = {"task": "chat", "strategy": "ngram", "temperature": 0.0, "alpha": 0.5, "alpha_ci": [0.4, 0.6],
             "alpha_iid": 0.5, "samples": 10, "num_draft_tokens": 4, "tau": 2.0, "tokens": 480,
             "speedup_vs_plain": 0.8, "per_position": [0.5, 0.5, 0.5, 0.5]}
     m = Measurements.model_validate({"cells": [live], "run": {"backend": profile.engine.name}})
-    ev = Scorer(profile, m).evidence(load_strategies()["ngram"], "chat", 0.0, 4)
+    ev = evidence(index_evidence(profile, m), load_strategies()["ngram"], "chat", 0.0, 4)
     assert ev.cost is not None and ev.cost.step_points and ev.cost.step_points[0][0] == 4
     no_speedup = Measurements.model_validate({"cells": [{**live, "speedup_vs_plain": None}],
                                               "run": {"backend": profile.engine.name}})
-    assert Scorer(profile, no_speedup).evidence(load_strategies()["ngram"], "chat", 0.0, 4).cost is None
+    assert evidence(index_evidence(profile, no_speedup), load_strategies()["ngram"], "chat", 0.0, 4).cost is None
 
 
 def test_a_drafter_that_samples_chains_is_scored_as_the_chain_it_runs() -> None:
@@ -421,7 +414,9 @@ def test_a_drafter_that_samples_chains_is_scored_as_the_chain_it_runs() -> None:
     from picker.engine.plugins import load_strategies
     from picker.inputs.measurements import Measurements
     from picker.inputs.workload import load_profile
-    from picker.recommend.scoring import Bucket, Option, Scorer
+    from picker.recommend.costs import cost_context
+    from picker.recommend.evidence_index import candidate, index_evidence
+    from picker.recommend.table import Bucket, Option
 
     profile = load_profile(Path(__file__).parents[1] / "profiles" / "chat-70b-h100.yaml")
     plugins = load_strategies()
@@ -432,9 +427,9 @@ def test_a_drafter_that_samples_chains_is_scored_as_the_chain_it_runs() -> None:
 
     def row(strategy: str, temperature: float, backend: str = "torch") -> Candidate:
         m = Measurements.model_validate({"cells": cells, "run": {"backend": backend}})
-        sc = Scorer(profile, m, measured_costs=True)
+        index = index_evidence(profile, m, measured_costs=True)
         opt = Option(plugins[strategy], tree, True, True)
-        return sc.candidate(opt, Bucket("chat", 1, temperature, 1.0))
+        return candidate(index, cost_context(profile), opt, Bucket("chat", 1, temperature, 1.0))
 
     assert (row("eagle3", 1.0).is_tree, row("eagle3", 1.0).nodes) == (False, 4)
     assert row("eagle3", 0.0).is_tree and row("medusa", 1.0).is_tree
@@ -444,7 +439,7 @@ def test_a_drafter_that_samples_chains_is_scored_as_the_chain_it_runs() -> None:
 def test_measured_sibling_odds_shape_trees_only() -> None:
     """A cell's sibling_accept (picker.engine.siblings) sets a tree's E[L] from the measured odds; chains
     keep their model."""
-    from policies.features import expected_length
+    from policies.speedup_model import expected_length
     from policies.scalar import tree_length
 
     caps = Capabilities(trainable_heads=True, tree=True)

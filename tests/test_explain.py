@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from picker.cli.main import app
 from policies.artifacts import save_policy
 from policies.estimator import SpeedupEstimator
-from policies.features import FEATURES
+from policies.encoding import FEATURES
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILE = ROOT / "profiles" / "code-assistant-8b-a100.yaml"

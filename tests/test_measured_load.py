@@ -21,6 +21,7 @@ import yaml
 from typer.testing import CliRunner
 
 from picker.cli.main import app
+from picker.engine.plugins import load_strategies
 
 ROOT = Path(__file__).resolve().parents[1]
 LEVELS = (1, 2, 4)
@@ -51,7 +52,7 @@ def zoo_load(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
                     "concurrency": [{"batch_size": 1, "weight": 0.05}, {"min": 2, "max": 4, "weight": 0.05},
                                     {"min": 16, "max": 64, "weight": 0.9}],
                     "temperature": [{"value": 0.0, "weight": 1.0}]},
-        "drafters": {"disabled": ["ngram", "lookahead", "vanilla", "eagle3"],
+        "drafters": {"disabled": [n for n in load_strategies() if n != "medusa"],
                      "medusa_heads": {"path": str(artifacts["medusa_heads"]), "num_heads": 2}},
         "memory_headroom_gib": 100,
     }
@@ -69,31 +70,34 @@ def test_measured_gain_prices_the_measured_range_and_the_model_the_rest(zoo_load
     (interpolated in log concurrency between levels); at 8 and beyond it is the load curve's."""
     from picker.inputs.measurements import load_measurements
     from picker.inputs.workload import load_profile
+    from picker.recommend.costs import choose_costs, cost, model_cost
+    from picker.recommend.evidence_index import index_evidence
     from picker.recommend.measured_load import MEASURED, MODEL, cost_source
-    from picker.recommend.pipeline import score_workload
-    from picker.recommend.scoring import Bucket, Scorer
+    from picker.recommend.scoring import bucket_speedup, score
+    from picker.recommend.table import Bucket
 
     prof, meas = load_profile(zoo_load["profile"]), load_measurements(zoo_load["summary"])
     gains = _gains(zoo_load["summary"])
     # The reference loop is no serving engine: its costs transfer only when asked (as bench/regret does).
-    scorer = Scorer(prof, meas, measured_costs=True)
-    table = score_workload(scorer)
+    index = index_evidence(prof, meas, measured_costs=True)
+    costs = choose_costs(prof, index, meas)
+    table = score(prof, index, costs)
     medusa = {r.config.depth: r for r in table.rows if r.plugin.name == "medusa"}
     assert sorted(medusa) == [1, 2] and all(r.measured_levels == LEVELS for r in medusa.values())
     for n, row in medusa.items():
         for level in LEVELS:
-            cost = scorer.cost(row.option, level)
-            assert cost_source(cost) == MEASURED and cost.step_ratio >= 1.0
-            mean = scorer.bucket_speedup(row.option, Bucket("code", level, 0.0, 1.0))[0]
-            if cost.step_ratio > 1.0 + 1e-9:  # not at the floor: the measured gain, exactly
+            c = cost(index, costs, row.option, level)
+            assert cost_source(c) == MEASURED and c.step_ratio >= 1.0
+            mean = bucket_speedup(index, costs, row.option, Bucket("code", level, 0.0, 1.0))[0]
+            if c.step_ratio > 1.0 + 1e-9:  # not at the floor: the measured gain, exactly
                 assert mean == pytest.approx(gains[(n, level)], rel=1e-6)
             else:  # a gain above what one plain-step-priced step can give: the floor binds
                 assert mean <= gains[(n, level)]
-        r2, r4 = scorer.cost(row.option, 2).step_ratio, scorer.cost(row.option, 4).step_ratio
-        assert scorer.cost(row.option, 3).step_ratio == pytest.approx(r2 + (r4 - r2) * math.log(1.5) / math.log(2))
+        r2, r4 = cost(index, costs, row.option, 2).step_ratio, cost(index, costs, row.option, 4).step_ratio
+        assert cost(index, costs, row.option, 3).step_ratio == pytest.approx(r2 + (r4 - r2) * math.log(1.5) / math.log(2))
         for batch in (8, 64):  # outside: the load curve, never the measured ends carried on
-            cost = scorer.cost(row.option, batch)
-            assert cost_source(cost) == MODEL and cost == scorer.model_cost(row.option, batch)
+            c = cost(index, costs, row.option, batch)
+            assert cost_source(c) == MODEL and c == model_cost(costs, row.option, batch)
 
 
 def test_a_measured_level_prices_every_length_with_its_own_timings(zoo_load: dict[str, Path]) -> None:
@@ -102,18 +106,18 @@ def test_a_measured_level_prices_every_length_with_its_own_timings(zoo_load: dic
     from picker.engine.plugins import load_strategies
     from picker.inputs.measurements import load_measurements
     from picker.inputs.workload import load_profile
-    from picker.recommend.scoring import Scorer
+    from picker.recommend.evidence_index import evidence, evidence_at, index_evidence
 
-    sc = Scorer(load_profile(zoo_load["profile"]), load_measurements(zoo_load["summary"]), measured_costs=True)
+    index = index_evidence(load_profile(zoo_load["profile"]), load_measurements(zoo_load["summary"]), measured_costs=True)
     medusa = load_strategies()["medusa"]
-    low = sc.evidence(medusa, "code", 0.0, 1)
+    low = evidence(index, medusa, "code", 0.0, 1)
     assert low.cost is not None and low.cost.batch == 1
     for batch in LEVELS:
-        ev = sc.evidence_at(medusa, "code", 0.0, 1, batch)
+        ev = evidence_at(index, medusa, "code", 0.0, 1, batch)
         assert ev.cost is not None and ev.cost.batch == batch and ev.alpha == low.alpha
         assert ev.cost.output_tokens == low.cost.output_tokens
-    assert sc.evidence_at(medusa, "code", 0.0, 1, 8) is low
-    assert sc.evidence_at(medusa, "code", 0.0, 1, 4).cost != low.cost
+    assert evidence_at(index, medusa, "code", 0.0, 1, 8) is low
+    assert evidence_at(index, medusa, "code", 0.0, 1, 4).cost != low.cost
 
 
 def test_a_sibling_of_the_measured_length_takes_its_factor_off_the_timings(
@@ -125,32 +129,38 @@ def test_a_sibling_of_the_measured_length_takes_its_factor_off_the_timings(
     from picker.engine.plugins import load_strategies
     from picker.inputs.measurements import load_measurements
     from picker.inputs.workload import load_profile
+    from picker.recommend.costs import at_cost, choose_costs, cost, level_factor, model_cost
+    from picker.recommend.evidence_index import index_evidence
     from picker.recommend.measured_load import MEASURED, cost_source
     from picker.recommend.options import options_for
-    from picker.recommend.scoring import Bucket, Scorer
+    from picker.recommend.scoring import bucket_speedup
+    from picker.recommend.table import Bucket
 
     summary = json.loads(zoo_load["summary"].read_text())
     summary["cells"] = [c for c in summary["cells"] if not (c["strategy"] == "medusa" and c["num_draft_tokens"] == 1)]
     (tmp_path / "summary.json").write_text(json.dumps(summary))
-    sc = Scorer(load_profile(zoo_load["profile"]), load_measurements(tmp_path / "summary.json"), measured_costs=True)
-    medusa = {o.config.depth: o for o in options_for(sc.profile, load_strategies(), sc.ctx.target)
+    prof, meas = load_profile(zoo_load["profile"]), load_measurements(tmp_path / "summary.json")
+    index = index_evidence(prof, meas, measured_costs=True)
+    costs = choose_costs(prof, index, meas)
+    medusa = {o.config.depth: o for o in options_for(prof, load_strategies(), costs.ctx.target)
               if o.plugin.name == "medusa" and not o.config.is_tree}
     one, two = medusa[1], medusa[2]
-    assert cost_source(sc.cost(two, 4)) == MEASURED and cost_source(sc.cost(one, 4)) != MEASURED
+    assert cost_source(cost(index, costs, two, 4)) == MEASURED and cost_source(cost(index, costs, one, 4)) != MEASURED
     gains = _gains(tmp_path / "summary.json")
     factors = {}
     for level in LEVELS:
         b = Bucket("code", level, 0.0, 1.0)
-        factors[level] = sc.level_factor(one, b)
-        timed = sc._score(one, b, sc.cost(one, level), False)
-        assert sc.bucket_speedup(one, b) == pytest.approx(tuple(factors[level] * x for x in timed))
+        factors[level] = level_factor(index, costs, one, b)
+        timed = at_cost(index, costs, one, b, cost(index, costs, one, level), False)
+        assert bucket_speedup(index, costs, one, b) == pytest.approx(tuple(factors[level] * x for x in timed))
         if level > 1:  # N = 2's timings times the factor give back its measured gain
-            own = sc._score(two, b, sc.model_cost(two, level), False)[0]
+            own = at_cost(index, costs, two, b, model_cost(costs, two, level), False)[0]
             assert factors[level] * own == pytest.approx(gains[(2, level)], rel=1e-9)
-    assert factors[1] == 1.0 and sc.level_factor(two, Bucket("code", 4, 0.0, 1.0)) == 1.0
+    assert factors[1] == 1.0 and level_factor(index, costs, two, Bucket("code", 4, 0.0, 1.0)) == 1.0
     w = math.log(1.5) / math.log(2)
-    assert sc.level_factor(one, Bucket("code", 3, 0.0, 1.0)) == pytest.approx(factors[2] + w * (factors[4] - factors[2]))
-    assert sc.level_factor(one, Bucket("code", 8, 0.0, 1.0)) == 1.0
+    assert level_factor(index, costs, one, Bucket("code", 3, 0.0, 1.0)) == pytest.approx(
+        factors[2] + w * (factors[4] - factors[2]))
+    assert level_factor(index, costs, one, Bucket("code", 8, 0.0, 1.0)) == 1.0
 
 
 def test_the_schedule_follows_the_measurement_inside_and_says_model_outside(zoo_load: dict[str, Path]) -> None:
@@ -160,20 +170,26 @@ def test_the_schedule_follows_the_measurement_inside_and_says_model_outside(zoo_
 
     prof, meas = load_profile(zoo_load["profile"]), load_measurements(zoo_load["summary"])
     gains = _gains(zoo_load["summary"])
-    rec = recommend(prof, meas, measured_costs=True)
+    rec = recommend(prof, meas, measured_costs=True).recommendation
     rows = rec.decision.batch_schedule
     if rec.decision.strategy == "none":
         # The heavy batches 16-64 are priced from the batch-1 step timings, as noisy on a shared CPU
         # as the gains: when nothing pays over the workload, the plan says so and drafts nothing.
-        from picker.recommend.pipeline import score_workload
-        from picker.recommend.scoring import Scorer
         from picker.recommend.table import NOT_WORTH_IT
 
-        table = score_workload(Scorer(prof, meas, measured_costs=True))
+        table = recommend(prof, meas, measured_costs=True).table
         assert all(r.mean < NOT_WORTH_IT for r in table.rows if r.plugin.name == "medusa")
         assert [r.num_speculative_tokens for r in rows] == [0]
         return
     assert rec.decision.strategy == "medusa"
+    from picker.engine.plugins import load_strategies
+    from picker.recommend.engine_configs import runs_batch_schedule
+
+    # TensorRT-LLM runs Medusa at one length at every batch (no draft_len_schedule for it): the rows
+    # then also split where the predicted speedup crosses 1x, and a losing level stays on, saying so.
+    engine = prof.engine.name
+    fixed = not runs_batch_schedule(engine, load_strategies()["medusa"], rec.decision.tree.topk if rec.decision.tree else 1,
+                                    prof.engine.version)
     for r in rows:
         inside = r.max_batch is not None and r.max_batch <= LEVELS[-1]
         assert r.step_cost == ("measured" if inside else "model"), r
@@ -182,13 +198,16 @@ def test_the_schedule_follows_the_measurement_inside_and_says_model_outside(zoo_
             k, level = r.num_speculative_tokens, r.min_batch
             if k:  # on: the measured gain of the depth deployed there
                 # one unit of the plan's 3rd decimal; 1e-9 so float sums (1.071 + 0.001 < 1.072) do not bite
-                assert gains[(k, level)] >= 1.0 and r.predicted_speedup <= round(gains[(k, level)], 3) + 1e-3 + 1e-9
+                assert r.predicted_speedup <= round(gains[(k, level)], 3) + 1e-3 + 1e-9
+                assert gains[(k, level)] >= 1.0 or fixed  # a schedule that can switch turns a losing level off
             elif r is rows[0] or rows[rows.index(r) - 1].num_speculative_tokens:  # the first row off
                 assert gains[(1, level)] < 1.0  # measured below 1x at every allowed depth
     assert any("interpolated in log concurrency" in n for n in rec.evidence.notes)
-    # Two neighbouring rows drafting the same K are split only by the source of their step costs.
+    # Two neighbouring rows drafting the same K are split only by the source of their step costs (or,
+    # at one fixed length, where the predicted speedup crosses 1x).
     for a, b in itertools.pairwise(rows):
-        assert a.num_speculative_tokens != b.num_speculative_tokens or a.step_cost != b.step_cost
+        assert a.num_speculative_tokens != b.num_speculative_tokens or a.step_cost != b.step_cost or (
+            fixed and (a.predicted_speedup < 1.0) != (b.predicted_speedup < 1.0))
 
 
 def test_measurements_of_another_engine_do_not_price_the_deployment(zoo_load: dict[str, Path]) -> None:
@@ -211,7 +230,8 @@ def _live(tmp_path: Path, gains: dict[int, float] = LIVE_GAINS) -> tuple[Path, P
     """The shipped code-assistant deployment with prompt lookup only, and a vLLM summary of that
     deployment measured at three levels (every chain length 1..8, gains falling below 1 at 4)."""
     prof = yaml.safe_load((ROOT / "profiles" / "code-assistant-8b-a100.yaml").read_text())
-    prof["drafters"] = {"disabled": ["eagle3", "medusa", "vanilla", "lookahead"]}
+    prof["drafters"] = {"disabled": [n for n in load_strategies() if n != "ngram"]}
+    prof["engine"]["version"] = "0.32.0"  # a vLLM that switches the draft length by batch size (0.24.0 on)
     profile = tmp_path / "ngram.yaml"
     profile.write_text(yaml.safe_dump(prof))
     prov = {"model": {"name": prof["model"]["name"]}, "backend": "vllm", "engine": "vllm",
@@ -274,12 +294,14 @@ def test_a_measured_curve_may_turn_speculation_on_at_a_larger_batch(tmp_path: Pa
 
 
 def test_the_controller_costs_its_cells_on_the_same_curve(tmp_path: Path) -> None:
-    """The SDK plan's R(n, batch) table (the Controller's per-batch break-even) reads the scorer's
-    step costs: measured at batch 1, 2, 4, the load curve from 8 up."""
+    """The SDK plan's R(n, batch) table (the Controller's per-batch break-even) reads the plan's cost
+    source: measured at batch 1, 2, 4, the load curve from 8 up."""
     from picker.engine.plugins import load_strategies
     from picker.inputs.measurements import load_measurements
     from picker.inputs.workload import load_profile
-    from picker.recommend.scoring import Option, Scorer
+    from picker.recommend.costs import choose_costs, measured_ratios, model_cost
+    from picker.recommend.evidence_index import index_evidence
+    from picker.recommend.table import Option
     from picker.sdk.plan import CELL_COST_BATCH, plan_from_profile
     from policies import chain
 
@@ -287,10 +309,11 @@ def test_the_controller_costs_its_cells_on_the_same_curve(tmp_path: Path) -> Non
     prof, meas = load_profile(profile), load_measurements(summary)
     rec, plan = plan_from_profile(prof, meas)
     assert rec.decision.strategy == plan.strategy == "ngram"
-    scorer = Scorer(prof, meas)
+    index = index_evidence(prof, meas)
+    costs = choose_costs(prof, index, meas)
     option = Option(load_strategies()["ngram"], chain(1), True, True)
-    measured = dict(scorer.measured_ratios(option))
+    measured = dict(measured_ratios(index, costs, option))
     for b, ratio in zip(CELL_COST_BATCH, plan.step_ratio[0]):
-        want = measured[b] if b in measured else scorer.model_cost(option, b).step_ratio
+        want = measured[b] if b in measured else model_cost(costs, option, b).step_ratio
         assert ratio == pytest.approx(want), b
-    assert plan.step_ratio[0][2] != pytest.approx(scorer.model_cost(option, 4).step_ratio)
+    assert plan.step_ratio[0][2] != pytest.approx(model_cost(costs, option, 4).step_ratio)

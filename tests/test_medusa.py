@@ -272,28 +272,33 @@ def test_sibling_probe_on_a_chain_predicts_what_a_tree_accepts(toy: dict[str, An
 # --- the zoo hook ---------------------------------------------------------------------------
 
 def test_zoo_hook_trains_every_head_artifact_once(tmp_path: Path) -> None:
-    """picker.zoo.heads finds both strategies through the registry, trains, then reuses."""
+    """picker.zoo.heads finds every strategy with heads through the registry, trains, then reuses; a
+    change to one artifact's steps retrains that artifact alone."""
     from picker.zoo.corpus import build_corpus
     from picker.zoo.heads import head_trainers, train_heads_on
     from picker.zoo.tokenizer import save_tokenizer, train_tokenizer
     from picker.zoo.train import ModelSpec, new_model
 
-    assert sorted(head_trainers()) == ["eagle3_head", "medusa_heads"]
+    assert sorted(head_trainers()) == ["eagle3_head", "medusa_heads", "mtp"]
     corpus = build_corpus(20_000, 4_000, seed=0)
     tok = train_tokenizer(corpus, vocab_size=300)
     model = new_model(ModelSpec(32, 2, 2, 1, 64), tok.get_vocab_size(), 128, seed=0)
     model.save_pretrained(tmp_path / "target")
     save_tokenizer(tok, tmp_path / "target", 128)
     recipe = HeadRecipe(prompts=4, heldout_prompts=2, prompt_len=8, new_tokens=8,
-                        steps={"medusa_heads": 2, "eagle3_head": 2})
+                        steps={"medusa_heads": 2, "eagle3_head": 2, "mtp": 2})
     paths = train_heads_on(tmp_path / "target", corpus, tmp_path, recipe)
-    assert sorted(paths) == ["eagle3_head", "medusa_heads"]
+    assert sorted(paths) == ["eagle3_head", "medusa_heads", "mtp"]
     stamps = {art: (p / "recipe.json").stat().st_mtime_ns for art, p in paths.items()}
     for art, folder in paths.items():
         assert sorted(f.name for f in folder.iterdir()) == [
             "config.json", "model.safetensors", "recipe.json"], art
     assert train_heads_on(tmp_path / "target", corpus, tmp_path, recipe) == paths
     assert stamps == {art: (p / "recipe.json").stat().st_mtime_ns for art, p in paths.items()}
+    more = HeadRecipe(**{**recipe.__dict__, "steps": {**recipe.steps, "mtp": 3}})
+    train_heads_on(tmp_path / "target", corpus, tmp_path, more)
+    after = {art: (p / "recipe.json").stat().st_mtime_ns for art, p in paths.items()}
+    assert [art for art in paths if after[art] != stamps[art]] == ["mtp"]
 
 
 def test_zoo_hook_skips_sizes_without_a_head_recipe(tmp_path: Path) -> None:

@@ -18,9 +18,11 @@ ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
 
 
-def _profile(tmp_path: Path, **drafters: Any) -> Path:
+def _profile(tmp_path: Path, vllm: str | None = None, **drafters: Any) -> Path:
     """offline-batch (vLLM) narrowed to code at T=0, so one measured cell covers the whole workload."""
     data = yaml.safe_load((ROOT / "profiles" / "offline-batch.yaml").read_text())
+    if vllm is not None:
+        data["engine"]["version"] = vllm
     data["traffic"]["task_mix"] = {"code": 1.0}
     data["traffic"]["temperature"] = [{"value": 0.0, "weight": 1.0}]
     data["drafters"] = {"training_budget_gpu_hours": 0, **drafters}
@@ -50,22 +52,38 @@ def _explained(data: dict[str, Any]) -> set[str]:
 
 def test_plugin_is_recommended_and_explained_from_its_measurements(tmp_path: Path) -> None:
     with discoverable():
-        data = _recommend(str(_profile(tmp_path)), "--measurements", str(_measured(tmp_path)), "--explain")
+        data = _recommend(str(_profile(tmp_path, vllm="0.32.0")), "--measurements", str(_measured(tmp_path)),
+                          "--explain")
+        old = _recommend(str(_profile(tmp_path)), "--measurements", str(_measured(tmp_path)))
     assert PLUGIN_NAME in _explained(data)
     row = next(c for r in data["explain"]["per_task"] for c in r["candidates"] if c["strategy"] == PLUGIN_NAME)
     assert row["evidence"]["source"] == "measured" and row["evidence"]["alpha"] == pytest.approx(0.9)
     # α = 0.9 on a host-side lookup beats every prior-scored built-in here: it is deployed, with its engine config.
     assert data["decision"]["strategy"] == PLUGIN_NAME
-    assert data["engine_configs"]["vllm"]["speculative_config"]["method"] == "repeat_last"
-    assert data["engine_configs"]["sglang"]["supported"] is False
+    # Its engine configs come from its own hooks (tests/plugin_pkg/specpicker_testplugin/engines.py).
+    vllm = data["engine_configs"]["vllm"]
+    assert vllm["speculative_config"]["method"] == "custom_class"
+    assert vllm["speculative_config"]["model"] == "specpicker_testplugin.vllm_proposer.RepeatLastProposer"
+    assert vllm["version"] == "0.32.0" and vllm["valid_for"] in (">=0.22.0,<0.33.0", ">=0.24.0,<0.33.0")
+    # The profile's own vLLM 0.17.0 cannot load it: never enabled there, and its row says why.
+    assert old["decision"]["strategy"] != PLUGIN_NAME
+    mine = [c for c in old["alternatives"] if c["strategy"] == PLUGIN_NAME]
+    assert mine and all(not c["engine_supported"] and any("custom_class arrived in 0.22.0" in n for n in c["notes"])
+                        for c in mine)
+    sglang = data["engine_configs"]["sglang"]
+    assert sglang["args"][:2] == ["--speculative-algorithm", "NGRAM"] and "approximation" in sglang
+    assert data["engine_configs"]["tensorrt_llm"]["supported"] is False
 
 
 def test_plugin_is_disabled_from_a_profile_like_a_builtin(tmp_path: Path) -> None:
     summary = str(_measured(tmp_path))
     with discoverable():
-        listed = _recommend(str(_profile(tmp_path, disabled=[PLUGIN_NAME])), "--measurements", summary, "--explain")
-        legacy = _recommend(str(_profile(tmp_path, allow_repeat_last=False)), "--measurements", summary)
-        builtin = _recommend(str(_profile(tmp_path, disabled=[PLUGIN_NAME, "ngram"])), "--measurements", summary)
+        # vLLM 0.32.0: a version that can load it (custom_class), so only the profile disables it
+        listed = _recommend(str(_profile(tmp_path, "0.32.0", disabled=[PLUGIN_NAME])), "--measurements", summary,
+                            "--explain")
+        legacy = _recommend(str(_profile(tmp_path, "0.32.0", allow_repeat_last=False)), "--measurements", summary)
+        builtin = _recommend(str(_profile(tmp_path, "0.32.0", disabled=[PLUGIN_NAME, "ngram"])), "--measurements",
+                             summary)
     assert PLUGIN_NAME not in _explained(listed) and listed["decision"]["strategy"] != PLUGIN_NAME
     off = next(c for c in listed["alternatives"] if c["strategy"] == PLUGIN_NAME)
     assert not off["feasible"] and off["notes"] == ["disabled in the profile (drafters.disabled)"]
@@ -104,7 +122,7 @@ def test_a_profile_naming_an_unregistered_strategy_is_one_line_exit_2(tmp_path: 
     assert result.exit_code == 2
     line = result.stderr.strip()
     assert line == (f"error: {path}: drafters.disabled: unknown strategy {PLUGIN_NAME!r}; registered: "
-                    "eagle3, lookahead, medusa, ngram, vanilla")
+                    "eagle3, lookahead, medusa, mtp, ngram, suffix, vanilla")
 
 
 def test_the_contract_takes_any_registered_strategy_and_none() -> None:

@@ -69,7 +69,7 @@ def test_hooks_are_named_and_resolve_to_the_strategy_modules() -> None:
         assert plugin.drafter_factory().__module__ == f"strategies.{name}.drafter"
     trainers = {n: p.head_trainer() for n, p in BUILTINS.items() if p.capabilities.trainable_heads}
     assert {n: t.__module__ for n, t in trainers.items()} == {
-        "eagle3": "strategies.eagle3.train", "medusa": "strategies.medusa.train"}
+        "eagle3": "strategies.eagle3.train", "medusa": "strategies.medusa.train", "mtp": "strategies.mtp.train"}
     assert all(p.head_trainer() is None for p in BUILTINS.values() if not p.capabilities.trainable_heads)
 
 
@@ -143,6 +143,8 @@ def test_a_hook_naming_something_not_callable_fails_when_resolved() -> None:
 def test_every_field_of_the_contract_is_documented() -> None:
     from dataclasses import fields
 
-    for cls in (StrategyPlugin, DraftOptions):
+    from picker.engine.deploy import DeployRequest, EngineConfig
+
+    for cls in (StrategyPlugin, DraftOptions, DeployRequest, EngineConfig):
         missing = [f.name for f in fields(cls) if f"``{f.name}" not in (cls.__doc__ or "")]  # ``x`` or ``x(...)``
         assert not missing, f"{cls.__name__}: undocumented {missing}"

@@ -53,8 +53,9 @@ def test_every_pair_has_a_cited_prior_in_bounds(table, strategy: str, task: str,
 
 
 def test_fixed_vocabulary() -> None:
-    assert set(STRATEGIES) == {"vanilla", "medusa", "eagle3", "lookahead", "ngram"}
-    assert set(TASKS) == {"chat", "code", "structured", "math", "summarization", "rag", "translation", "creative"}
+    assert set(STRATEGIES) == {"vanilla", "medusa", "eagle3", "lookahead", "ngram", "mtp", "suffix"}
+    assert set(TASKS) == {"chat", "code", "structured", "math", "summarization", "rag", "translation", "creative",
+                          "agentic"}
 
 
 # --- every number traces back to its source -----------------------------------------------------
@@ -113,9 +114,9 @@ def test_tree_to_chain_factor_reproduces_from_eagle1_table5(table) -> None:
 
 
 def test_deterministic_draft_temperature_rule_is_applied_as_written(table) -> None:
-    for strategy in ("ngram", "lookahead"):
+    for strategy, tasks in (("ngram", TASKS), ("lookahead", TASKS), ("suffix", ("agentic",))):
         depth = table.data.strategies[strategy].depth
-        for task in TASKS:
+        for task in tasks:
             hot = _entry(table, strategy, task, 1.0)
             cold = _entry(table, strategy, task, 0.0)
             scale = hot.derivation.factor
@@ -290,3 +291,23 @@ def test_import_stays_light() -> None:
             "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_mtp_rests_on_published_figures_of_the_deepseek_v3_module(table) -> None:
+    """Nebius's card: the shipped module reused for 7 drafts (tau 3.20 at T=0, 3.09 at T=1); DeepSeek-V3
+    section 5.4.3: 85-90% second-token acceptance (one draft), which bounds the range from above."""
+    for temperature, tau in ((0.0, 3.20), (1.0, 3.09)):
+        e = _entry(table, "mtp", "chat", temperature)
+        primary = [m for m in e.measurements if m.role == "primary"]
+        assert e.kind == "published" and [(m.source, m.value, m.n) for m in primary] == [("nebius_mtp", tau, 7)]
+        assert {m.value for m in e.measurements if m.source == "deepseek_v3"} == {0.85, 0.90}
+        assert e.range[1] == 0.9
+    assert table.data.strategies["mtp"].depth == 7
+
+
+@pytest.mark.parametrize("temperature", (0.0, 1.0))
+def test_suffix_gains_most_where_outputs_repeat(table, temperature: float) -> None:
+    """Suffix Decoding's published gains are on agent traces; elsewhere it is assumed prompt lookup's."""
+    agentic = table.lookup("suffix", "agentic", temperature).alpha
+    assert all(agentic > table.lookup("suffix", t, temperature).alpha for t in TASKS if t != "agentic")
+    assert agentic > table.lookup("ngram", "agentic", temperature).alpha

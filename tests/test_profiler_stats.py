@@ -170,13 +170,14 @@ def test_log_refuses_to_mix_runs_and_corrupt_middles(tmp_path: Path) -> None:
 
 def test_summary_loads_as_measurements_and_moves_recommend(tmp_path: Path) -> None:
     tasks = ("chat", "code", "math", "rag", "translation", "creative")
-    alphas = {"eagle3": 0.05, "vanilla": 0.5, "medusa": 0.5, "lookahead": 0.3, "ngram": 0.3}
+    alphas = {"eagle3": 0.05, "vanilla": 0.5, "medusa": 0.5, "lookahead": 0.3, "ngram": 0.3, "suffix": 0.3,
+              "mtp": 0.5}
     recs = [r for strategy, a in alphas.items() for t in tasks for temp in (0.0, 0.7, 1.0)
             for r in simulate([a] * 4, prompts=6, steps=10, key=CellKey(t, strategy, temp, 4))]
     path = tmp_path / "summary.json"
     write_json_atomic(path, build_summary(recs, {}, {"backend": "test"}))
     meas = load_measurements(path)
-    assert len(meas.cells) == 90 and all(c.per_position for c in meas.cells)
+    assert len(meas.cells) == 126 and all(c.per_position for c in meas.cells)
     assert meas.lookup("eagle3", "code", 0.7).alpha < 0.05
     profile = Path(__file__).resolve().parents[1] / "profiles" / "chat-70b-h100.yaml"
     runner = CliRunner()

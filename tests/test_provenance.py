@@ -84,14 +84,14 @@ def test_old_files_have_unknown_provenance_and_keep_the_engine_rule(tmp_path: Pa
 
 
 def test_costs_do_not_transfer_from_other_hardware(tmp_path: Path) -> None:
-    from picker.recommend.scoring import Scorer
+    from picker.recommend.evidence_index import index_evidence
 
     prof = load_profile(CODE)
     here = load_measurements(_summary(tmp_path, _prov()))
-    assert Scorer(prof, here).measured_costs is True
+    assert index_evidence(prof, here).measured_costs is True
     (tmp_path / "h").mkdir()
     elsewhere = load_measurements(_summary(tmp_path / "h", _prov(gpu="h100-sxm")))
-    assert Scorer(prof, elsewhere).measured_costs is False
+    assert index_evidence(prof, elsewhere).measured_costs is False
 
 
 def test_another_model_is_refused_in_one_line(tmp_path: Path) -> None:
@@ -138,18 +138,15 @@ def test_the_plan_says_costs_were_dropped_for_other_hardware(tmp_path: Path) -> 
 def test_per_task_alpha_is_the_one_the_decision_used(tmp_path: Path) -> None:
     # The profile serves T = 0 (70%) and T = 0.2; measured only at T = 0. The table used to show the
     # prior of the median temperature (0.2, no cell within 0.15) while the decision ran on the cell.
-    from picker.recommend.explain import explain
-    from picker.recommend.pipeline import recommend, score_workload
-    from picker.recommend.scoring import Scorer
+    from picker.recommend.pipeline import recommend
 
     meas = Measurements.model_validate({"cells": _cells(0.93), "source": "m.json"})
-    rec = recommend(load_profile(CODE), meas)
-    scorer = Scorer(load_profile(CODE), meas)
-    table = score_workload(scorer)
+    result = recommend(load_profile(CODE), meas)
+    rec = result.recommendation
     code = next(r for r in rec.per_task if r.task == "code")
     assert code.strategy in ("ngram", "eagle3")
     assert code.alpha == 0.93 and code.evidence == "mixed"  # measured at T = 0, prior at T = 0.2
-    shown = next(row for row in explain(scorer, table) if row["task"] == "code")["candidates"]
+    shown = next(row for row in result.explain if row["task"] == "code")["candidates"]
     top = next(c for c in shown if c["strategy"] == code.strategy)
     assert top["evidence"]["alpha"] == code.alpha and top["evidence"]["source"] == "measured"
 

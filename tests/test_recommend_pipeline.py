@@ -1,5 +1,6 @@
 """The recommend pipeline's seams: scoring hands decide an immutable table and decide never calls
-back; policies is used through its public surface; CLI command modules never import main."""
+back; scoring is plain functions of data (no result depends on what ran before); policies is used
+through its public surface; CLI command modules never import main."""
 
 from __future__ import annotations
 
@@ -12,10 +13,16 @@ from pathlib import Path
 import pytest
 
 from picker.inputs.workload import load_profile
+from picker.recommend import costs as costs_module
+from picker.recommend import evidence_index as evidence_module
+from picker.recommend import scoring as scoring_module
+from picker.recommend.costs import choose_costs, step_cost
 from picker.recommend.decide import decide
-from picker.recommend.pipeline import recommend, score_workload
+from picker.recommend.evidence_index import index_evidence
+from picker.recommend.pipeline import recommend
 from picker.recommend.provenance_labels import with_provenance
-from picker.recommend.scoring import Scorer
+from picker.recommend.scoring import bucket_speedups, score
+from picker.recommend.table import Bucket
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILES = sorted((ROOT / "profiles").glob("*.yaml"))
@@ -32,24 +39,65 @@ def _imports(path: Path) -> list[tuple[str, list[str]]]:
     return out
 
 
+def _table(profile_path: Path, path: str = ""):  # noqa: ANN202 - a ScoredTable
+    profile = load_profile(profile_path)
+    index = index_evidence(profile, None)
+    return score(profile, index, choose_costs(profile, index, None), path=path)
+
+
 @pytest.mark.parametrize("path", PROFILES, ids=lambda p: p.stem)
-def test_decide_reads_the_table_and_never_the_scorer(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_decide_reads_the_table_and_never_the_scoring_functions(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     profile = load_profile(path)
-    expected = recommend(profile, path=str(path))
-    table = score_workload(Scorer(profile, None), path=str(path))
+    expected = recommend(profile, path=str(path)).recommendation
+    table = _table(path, str(path))
 
     def refuse(*args: object, **kwargs: object) -> None:
-        raise AssertionError("decide called back into the scorer")
+        raise AssertionError("decide called back into scoring")
 
-    for name in ("bucket_speedup", "cost", "prime", "evidence", "alpha", "candidate"):
-        monkeypatch.setattr(Scorer, name, refuse)
+    for module, names in ((costs_module, ("cost", "model_cost", "step_cost", "at_cost", "level_factor")),
+                          (evidence_module, ("evidence", "evidence_at", "alpha", "candidate", "scorable")),
+                          (scoring_module, ("score", "bucket_speedups"))):
+        for name in names:
+            monkeypatch.setattr(module, name, refuse)
     # with_provenance labels the decision with what the measurements say (none here) and merges
     # citations; it reads the Recommendation only.
-    assert with_provenance(decide(table, path=str(path)), profile, None) == expected
+    assert with_provenance(decide(table, path=str(path)).recommendation, profile, None) == expected
+    for name in ("decide.py", "schedule.py"):  # ... and could not reach them by a name it imported
+        modules = {m for m, _ in _imports(ROOT / "picker" / "recommend" / name)}
+        assert not modules & {"picker.recommend.costs", "picker.recommend.evidence_index", "picker.recommend.scoring"}
+
+
+def _numbers(table) -> dict:  # noqa: ANN001 - (strategy, config) -> every scored speedup, and the step cost
+    return {(r.plugin.name, r.config): (dict(r.speedups), r.cost.step_ratio, dict(r.costs_by_batch)) for r in table.rows}
+
+
+@pytest.mark.parametrize("name", ["chat-70b-h100", "code-assistant-qwen-llamacpp"])
+def test_scoring_does_not_depend_on_what_ran_before(name: str) -> None:
+    """The same table whatever was asked first: the scoring functions' caches only save work."""
+    path = ROOT / "profiles" / f"{name}.yaml"
+    profile = load_profile(path)
+    measurements = None
+    shipped = ROOT / "profiles" / "measurements" / f"{name}.summary.json"
+    if shipped.exists():
+        from picker.inputs.measurements import load_measurements
+
+        measurements = load_measurements(shipped)
+    index = index_evidence(profile, measurements)
+    costs = choose_costs(profile, index, measurements)
+    fresh = score(profile, index, costs)
+    # Ask the same functions other questions first, in another order, then score again.
+    later_index = index_evidence(profile, measurements)
+    later_costs = choose_costs(profile, later_index, measurements)
+    options = [r.option for r in fresh.rows][::-1]
+    bucket_speedups(later_index, later_costs, [(o, Bucket("chat", 300, 1.3, 1.0)) for o in options])
+    for o in options[:5]:
+        step_cost(later_index, later_costs, o, fresh.buckets, 7)
+    again = score(profile, later_index, later_costs, [r.option for r in fresh.rows])
+    assert _numbers(again) == _numbers(fresh)
 
 
 def test_the_table_is_immutable() -> None:
-    table = score_workload(Scorer(load_profile(PROFILES[0]), None))
+    table = _table(PROFILES[0])
     row = table.rows[0]
     with pytest.raises(dataclasses.FrozenInstanceError):
         row.option.feasible = False  # type: ignore[misc]
@@ -67,11 +115,11 @@ def test_deprecated_allow_fields_decide_exactly_like_the_disabled_list(tmp_path:
 
     data = yaml.safe_load((ROOT / "profiles" / "creative-writing.yaml").read_text())
     assert data["drafters"]["disabled"] == ["lookahead"]
-    new = recommend(load_profile(ROOT / "profiles" / "creative-writing.yaml")).model_dump()
+    new = recommend(load_profile(ROOT / "profiles" / "creative-writing.yaml")).recommendation.model_dump()
     del data["drafters"]["disabled"]
     data["drafters"].update(allow_ngram=True, allow_lookahead=False)  # the spelling shipped until now
     (tmp_path / "old.yaml").write_text(yaml.safe_dump(data))
-    old = recommend(load_profile(tmp_path / "old.yaml")).model_dump()
+    old = recommend(load_profile(tmp_path / "old.yaml")).recommendation.model_dump()
     # (safe_dump sorts the keys: the warning names them in the file's order)
     assert old["warnings"] == [*new["warnings"], "drafters.allow_lookahead, drafters.allow_ngram are deprecated: "
                                "write drafters.disabled: [lookahead] instead (the same decision)"]

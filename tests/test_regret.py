@@ -79,12 +79,12 @@ def test_probe_is_relabelled_and_holds_only_short_draft_chains_and_plain(sweep: 
 
 def test_grid_options_are_exactly_the_sweeps_grid(sweep: Path) -> None:
     from bench.regret.data import load_sweeps
-    from bench.regret.policy import grid_key, grid_options, prepare, scorer
+    from bench.regret.policy import grid_key, grid_options, prepare
 
     data = load_sweeps([sweep])
     w = data.workloads[("code", 0.0)]
     p = prepare(data, w, 2, 100.0)
-    keys = {grid_key(o) for o in grid_options(p, scorer(p, data, None))}
+    keys = {grid_key(o) for o in grid_options(p)}
     assert keys == {g for g in w.truth if g.strategy != "plain"}
 
 

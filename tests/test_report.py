@@ -19,7 +19,7 @@ from picker.cli.report import build_page
 from picker.inputs.workload import load_profile
 from picker.recommend.pipeline import recommend
 from picker.recommend.report import SECTIONS, html_page
-from picker.recommend.report_data import crossover, gather
+from picker.recommend.series import crossover
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILES = sorted((ROOT / "profiles").glob("*.yaml"))
@@ -112,7 +112,7 @@ def test_every_shipped_profile_gives_a_self_contained_page(profile: Path) -> Non
     for img in p.images:
         w, h = png_size(img["src"])
         assert w > 100 and h > 100
-    built = recommend(load_profile(profile), path=str(profile))
+    built = recommend(load_profile(profile), path=str(profile)).recommendation
     rec = built.model_dump(mode="json")
     if rec["decision"]["strategy"] != "none":
         assert "plot-gain-batch" in ids
@@ -121,15 +121,25 @@ def test_every_shipped_profile_gives_a_self_contained_page(profile: Path) -> Non
 
 
 def test_the_page_rests_on_the_same_decision_as_recommend() -> None:
+    """The page is rendered from the one result ``specpick recommend`` renders (the same call)."""
+    import picker.recommend.report as report_module
+
+    seen = []
+    real = report_module.html_page
     prof = load_profile(CODE)
-    data = gather(prof, None, path=str(CODE))
-    assert data.rec == recommend(prof, path=str(CODE)).model_dump(mode="json")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(report_module, "html_page", lambda result, title=None: seen.append(result) or real(result, title))
+        build_page(CODE)
+    assert seen[0].recommendation == recommend(prof, path=str(CODE)).recommendation
 
 
 def test_every_inserted_string_is_escaped() -> None:
-    data = gather(load_profile(CODE), None, path="<b>x</b>")
-    data.rec["rationale"].append('<script>alert("x")</script>')
-    page = html_page(data)
+    import dataclasses
+
+    result = recommend(load_profile(CODE), path="<b>x</b>")
+    rec = result.recommendation
+    rec = rec.model_copy(update={"rationale": [*rec.rationale, '<script>alert("x")</script>']})
+    page = html_page(dataclasses.replace(result, recommendation=rec))
     assert '<script>alert("x")</script>' not in page and "&lt;script&gt;alert(&quot;x&quot;)" in page
     assert "<b>x</b>" not in page
     assert page.count("<script>") == 1  # the copy buttons' own script, nothing injected

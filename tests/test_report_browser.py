@@ -43,7 +43,7 @@ def test_the_report_in_headless_chromium(tmp_path: Path) -> None:
     page_path = tmp_path / "report.html"
     summary = _summary(tmp_path)
     page_path.write_text(build_page(CODE, summary, allow_other_model=True), encoding="utf-8")
-    rec = recommend(load_profile(CODE), load_measurements(summary))
+    rec = recommend(load_profile(CODE), load_measurements(summary)).recommendation
     expected = [text for name, cfg in rec.engine_configs.items() for _, _, text in config_blocks(name, cfg)]
     with Chromium.start(tmp_path / "chromium-profile") as browser:
         tab = browser.open(page_path.as_uri())

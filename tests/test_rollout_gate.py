@@ -15,7 +15,6 @@ from picker.recommend.engine_configs import ENGINE_GREEDY, NEAR_TIE_NATS, Greedy
 from picker.recommend.pipeline import recommend
 from picker.recommend.render import render
 from picker.recommend.report import html_page
-from picker.recommend.report_data import gather
 from picker.tasks.agreement import greedy_gate, near_tie
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -114,11 +113,11 @@ def test_an_engine_shown_identical_keeps_the_identity_gate(monkeypatch: pytest.M
 @pytest.mark.parametrize(("name", "engine"), [("creative-writing.yaml", "llama_cpp"),
                                               ("code-assistant-8b-a100.yaml", "vllm")])
 def test_the_plan_and_its_page_carry_the_engines_gate(name: str, engine: str) -> None:
-    rec = recommend(load_profile(ROOT / "profiles" / name))
+    rec = recommend(load_profile(ROOT / "profiles" / name)).recommendation
     assert rec.engine == engine
     gate = _canary(engine)
     assert [s.gate for s in rec.rollout if s.name == "enable on a canary"] == [gate]
     assert f"*Gate:* {gate}." in render(rec, "md")
     assert ENGINE_GREEDY[engine].why in render(rec, "json")
-    page = html_page(gather(load_profile(ROOT / "profiles" / name), None))
+    page = html_page(recommend(load_profile(ROOT / "profiles" / name)))
     assert html.escape(gate, quote=True) in page

@@ -1,4 +1,4 @@
-"""What sampling costs on the host reaches every price: the recommend scorer prices a bucket at
+"""What sampling costs on the host reaches every price: the recommend cost source prices a bucket at
 T > 0 with the load curve's ``sampling_*`` host terms, ``specpick estimate --temperature`` too.
 
 The terms are the ones the shipped calibration of the reference loop measured
@@ -17,8 +17,10 @@ from typer.testing import CliRunner
 from picker.cli.main import app
 from picker.engine.plugins import load_strategies
 from picker.inputs.workload import load_profile
+from picker.recommend.costs import CostSource, choose_costs, cost
+from picker.recommend.evidence_index import EvidenceIndex, evidence, index_evidence
 from picker.recommend.options import options_for
-from picker.recommend.scoring import Scorer
+from picker.recommend.scoring import bucket_speedup
 from picker.recommend.table import Bucket
 from policies import calibration_for, speedup
 
@@ -28,19 +30,20 @@ PROFILE = ROOT / "profiles" / "code-assistant-qwen-llamacpp.yaml"  # hardware cp
 runner = CliRunner()
 
 
-def _scorer(calibrated: bool) -> Scorer:
+def _sources(calibrated: bool) -> tuple[EvidenceIndex, CostSource]:
     profile = load_profile(PROFILE)
+    index = index_evidence(profile, None)
     if not calibrated:
-        return Scorer(profile, None)
-    return Scorer(profile, None, calibration=calibration_for(CAL, "hf", "cpu"), engine="hf")
+        return index, choose_costs(profile, index, None)
+    return index, choose_costs(profile, index, None, calibration_for(CAL, "hf", "cpu"), engine="hf")
 
 
 @pytest.mark.parametrize("strategy", ["vanilla", "medusa", "eagle3", "ngram"])
 def test_a_sampled_bucket_is_priced_with_the_sampling_host_terms(strategy: str) -> None:
-    sc = _scorer(calibrated=True)
-    option = next(o for o in options_for(sc.profile, load_strategies(), sc.ctx.target)
+    index, costs = _sources(calibrated=True)
+    option = next(o for o in options_for(load_profile(PROFILE), load_strategies(), costs.ctx.target)
                   if o.plugin.name == strategy and not o.config.is_tree and o.config.depth == 3)
-    greedy, sampled = sc.cost(option, 16), sc.cost(option, 16, True)
+    greedy, sampled = cost(index, costs, option, 16), cost(index, costs, option, 16, True)
     # Both a plain and a speculative step pay host_s_per_seq's twin; only the speculative one pays
     # the rest, so the speculative step grows by more (ngram's lookup has no sampling twin).
     assert sampled.plain_seconds > greedy.plain_seconds
@@ -49,15 +52,16 @@ def test_a_sampled_bucket_is_priced_with_the_sampling_host_terms(strategy: str) 
     if strategy != "ngram":
         assert sampled.draft_seconds > greedy.draft_seconds
     hot = Bucket("code", 16, 1.0, 1.0)
-    alpha = sc.evidence(option.plugin, "code", 1.0, option.config.depth).alpha
-    assert sc.bucket_speedup(option, hot)[0] == pytest.approx(speedup(option.config, alpha, sampled))
-    assert sc.bucket_speedup(option, hot)[0] != pytest.approx(speedup(option.config, alpha, greedy))
+    alpha = evidence(index, option.plugin, "code", 1.0, option.config.depth).alpha
+    assert bucket_speedup(index, costs, option, hot)[0] == pytest.approx(speedup(option.config, alpha, sampled))
+    assert bucket_speedup(index, costs, option, hot)[0] != pytest.approx(speedup(option.config, alpha, greedy))
 
 
 def test_without_sampling_terms_a_sampled_bucket_costs_what_a_greedy_one_does() -> None:
-    sc = _scorer(calibrated=False)  # llama_cpp's shipped curve
-    option = next(o for o in options_for(sc.profile, load_strategies(), sc.ctx.target) if o.plugin.name == "vanilla")
-    assert sc.cost(option, 16, True) == sc.cost(option, 16)
+    index, costs = _sources(calibrated=False)  # llama_cpp's shipped curve
+    option = next(o for o in options_for(load_profile(PROFILE), load_strategies(), costs.ctx.target)
+                  if o.plugin.name == "vanilla")
+    assert cost(index, costs, option, 16, True) == cost(index, costs, option, 16)
 
 
 def _estimate(*extra: str) -> dict[str, object]:

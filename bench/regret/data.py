@@ -239,6 +239,9 @@ def zoo_profile_data(task: str, temperature: float, target: Path, artifacts: dic
         heads = json.loads((Path(artifacts["medusa"]) / "config.json").read_text())
         drafters["medusa_heads"] = {"path": artifacts["medusa"],
                                     "num_heads": int(heads.get("num_heads") or heads.get("medusa_num_heads") or 4)}
+    if "mtp" in artifacts:
+        modules = json.loads((Path(artifacts["mtp"]) / "config.json").read_text())
+        drafters["mtp"] = {"path": artifacts["mtp"], "modules": int(modules.get("num_modules", 1))}
     return {
         "name": f"zoo-{task}-T{temperature:g}" + (f"-C{batch}" if batch != 1 else ""),
         "description": f"zoo ci target on the reference engine, batch {batch}",

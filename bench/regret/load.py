@@ -5,8 +5,8 @@ with ``--concurrency`` (every grid point at each level, against plain decoding a
 the reference engine). The policy sees what a user would measure cheaply: a ``specpick profile``
 run with one draft length per strategy at a few concurrency levels (its cells' gains against
 concurrency are the measured load curve, ``picker.recommend.measured_load``). For each workload
-the bench writes the zoo profile at batch C, scores and decides as ``specpick recommend PROFILE
---measurements CHEAP --policy policies/data/zoo-ci-policy.json`` does (measured step costs; the
+the bench writes the zoo profile at batch C and reads the recommendation ``specpick recommend PROFILE
+--measurements CHEAP --policy policies/data/zoo-ci-policy.json`` makes (measured step costs; the
 learned correction where its domain covers the workload, none with ``--analytic``) over exactly
 the configurations the sweep measured, and reads what would run at C: the batch schedule's row
 covering C (its draft length; "off" is plain decoding) and the temperature switch.
@@ -51,10 +51,10 @@ from bench.regret.data import zoo_profile_data
 from picker.engine.plugins import load_strategies
 from picker.inputs.measurements import Measurements, load_measurements, parse_tree_label
 from picker.inputs.workload import WorkloadProfile, load_profile
-from picker.recommend.decide import decide
+from picker.recommend.costs import cost_context
 from picker.recommend.options import options_for
-from picker.recommend.pipeline import score_workload
-from picker.recommend.scoring import Option, Scorer
+from picker.recommend.pipeline import recommend
+from picker.recommend.table import Option
 from policies import Calibration, Config, calibration_for, chain, load_policy
 from policies.calibration import read_calibration
 
@@ -106,18 +106,18 @@ def what_runs(rec: dict[str, Any], batch: int, temperature: float) -> tuple[Key,
 
 def choose(prof: WorkloadProfile, measurements: Measurements, est: Any, grid: list[Key],
            calibration: Calibration | None = None) -> dict[str, Any]:
-    """``picker.recommend``'s scoring and decision (``score_workload``, ``decide``) over exactly the
-    configurations the sweep measured, with the measured step costs (as ``specpick recommend
-    --policy`` scores a policy trained on them: the reference loop is no serving engine, so without
-    that the profile's engine label would price the steps). A ``calibration`` prices the rest on the
-    curve of the engine it was measured on (the reference loop's, ``hf``)."""
-    sc = Scorer(prof, measurements, est, measured_costs=True, calibration=calibration,
-                engine=calibration.measured_engine if calibration is not None else None)
+    """``picker.recommend.pipeline.recommend`` over exactly the configurations the sweep measured,
+    with the measured step costs (as ``specpick recommend --policy`` scores a policy trained on
+    them: the reference loop is no serving engine, so without that the profile's engine label would
+    price the steps). A ``calibration`` prices the rest on the curve of the engine it was measured
+    on (the reference loop's, ``hf``)."""
     plugins = load_strategies()
-    like = {o.plugin.name: o for o in options_for(prof, plugins, sc.ctx.target) if not o.config.is_tree}
+    like = {o.plugin.name: o for o in options_for(prof, plugins, cost_context(prof).target) if not o.config.is_tree}
     opts = [Option(plugins[s], Config(*tree) if tree else chain(n), like[s].feasible, like[s].engine_supported,
                    like[s].notes) for s, n, tree in grid if s in like]
-    return decide(score_workload(sc, opts)).model_dump(mode="json")
+    result = recommend(prof, measurements, policy=est, measured_costs=True, calibration=calibration,
+                       engine=calibration.measured_engine if calibration is not None else None, options=opts)
+    return result.recommendation.model_dump(mode="json")
 
 
 def label(k: Key) -> str:

@@ -2,9 +2,12 @@
 
 Training rows come from *other* workloads: each grid cell of a training workload, with the evidence
 its own cheap profile gave (``data.profile_records``), labelled with the sweep's measured speedup.
-The held-out workload's decision is ``picker.recommend.pipeline`` (``score_workload`` then ``decide``)
-with the fitted estimator as ``policy``, the held-out profile as ``measurements`` and the sweep's
-verify curve.
+The held-out workload's decision and its per-cell predictions are one
+``picker.recommend.pipeline.recommend`` result (:func:`recommended`) with the fitted estimator as
+``policy``, the held-out profile as ``measurements``, the sweep's verify curve, and exactly the
+configurations the sweep measured as options: this module reads that result and never scores or
+decides itself. Training rows and the evidence read-back use the pipeline's evidence index and cost
+source (:func:`sources`).
 """
 
 from __future__ import annotations
@@ -27,14 +30,16 @@ from bench.regret.data import (
 from picker.engine.plugins import StrategyPlugin, load_strategies
 from picker.profiler.sweep import parse_tree_label
 from picker.recommend.contract import Recommendation
-from picker.recommend.decide import decide as decide_table
+from picker.recommend.costs import CostSource, choose_costs, cost_context
+from picker.recommend.evidence_index import EvidenceIndex, candidate, index_evidence
 from picker.recommend.options import options_for
-from picker.recommend.pipeline import score_workload
-from picker.recommend.scoring import Scorer
+from picker.recommend.pipeline import recommend
+from picker.recommend.result import Result
 from picker.recommend.table import Bucket, Option
 from policies import analytic
 from policies.estimator import SpeedupEstimator
-from policies.features import FEATURES, base_speedup, feature_matrix, generation_steps
+from policies.encoding import FEATURES, feature_matrix
+from policies.speedup_model import base_speedup, generation_steps
 
 OUT_TOKENS = 48
 # The learned correction is not carried beyond the temperatures and batch sizes it was fitted on.
@@ -88,17 +93,28 @@ def option(plugins: dict[str, StrategyPlugin], g: GridKey, like: Option | None =
     return Option(plugins[g.strategy], config, like.feasible, like.engine_supported, like.notes)
 
 
-def scorer(p: Prepared, data: SweepData, est: SpeedupEstimator | None) -> Scorer:
-    return Scorer(p.profile, p.measurements, est, measured_costs=True, verify_curve=data.curve)  # type: ignore[arg-type]
+def sources(p: Prepared, data: SweepData) -> tuple[EvidenceIndex, CostSource]:
+    """The pipeline's evidence index and cost source for the workload, as :func:`recommended` builds
+    them (measured step costs: the reference loop is no serving engine, so they are asked for)."""
+    index = index_evidence(p.profile, p.measurements, measured_costs=True, verify_curve=data.curve)  # type: ignore[arg-type]
+    return index, choose_costs(p.profile, index, p.measurements)  # type: ignore[arg-type]
+
+
+def recommended(p: Prepared, data: SweepData, est: SpeedupEstimator | None,
+                strategies: set[str] | None = None) -> Result:
+    """``specpick recommend --measurements PROFILE --policy`` on the workload, over exactly the
+    configurations the sweep measured (among ``strategies`` only when given)."""
+    return recommend(p.profile, p.measurements, policy=est, measured_costs=True,  # type: ignore[arg-type]
+                     verify_curve=data.curve, options=grid_options(p, strategies))
 
 
 def grid_rows(p: Prepared, data: SweepData) -> tuple[list[GridKey], np.ndarray, np.ndarray]:
     """Every measured grid cell of the workload as (keys, X, y)."""
     plugins = load_strategies()
-    sc = scorer(p, data, None)
+    index, costs = sources(p, data)
     b = Bucket(p.workload.task, 1, p.workload.temperature, 1.0)
     keys = [g for g in p.workload.truth if g.strategy != "plain"]
-    X = feature_matrix([sc.candidate(option(plugins, g), b) for g in keys])
+    X = feature_matrix([candidate(index, costs.ctx, option(plugins, g), b) for g in keys])
     y = np.asarray([p.workload.truth[g] for g in keys])
     return keys, X, y
 
@@ -112,15 +128,11 @@ def fit(train: list[Prepared], data: SweepData, **params: object) -> SpeedupEsti
     return SpeedupEstimator(**params).fit(X, y, groups=groups)  # type: ignore[arg-type]
 
 
-def predict_grid(p: Prepared, data: SweepData, est: SpeedupEstimator | None) -> dict[GridKey, tuple[float, float, float]]:
-    """(mean, low, high) predicted speedup of every measured grid cell, through the Scorer."""
-    plugins = load_strategies()
-    sc = scorer(p, data, est)
-    b = Bucket(p.workload.task, 1, p.workload.temperature, 1.0)
-    keys = [g for g in p.workload.truth if g.strategy != "plain"]
-    opts = [option(plugins, g) for g in keys]
-    sc.prime(opts, [b])
-    return {g: sc.bucket_speedup(o, b) for g, o in zip(keys, opts)}
+def predict_grid(p: Prepared, result: Result) -> dict[GridKey, tuple[float, float, float]]:
+    """(mean, low, high) predicted speedup of every measured grid cell: the rows of ``result``'s
+    scored table (:func:`recommended`) on the workload's one bucket."""
+    key = (p.workload.task, 1, p.workload.temperature)
+    return {grid_key(r.option): r.speedups[key] for r in result.table.rows}
 
 
 def read_back(p: Prepared, data: SweepData) -> list[dict[str, Any]]:
@@ -128,7 +140,7 @@ def read_back(p: Prepared, data: SweepData) -> list[dict[str, Any]]:
     own output length, against the speedup the profile measured for them: the evidence read back.
     Same records on both sides, so no prompt or session noise; far from 1 means misread evidence."""
     plugins = load_strategies()
-    sc = scorer(p, data, None)
+    index, costs = sources(p, data)
     b = Bucket(p.workload.task, 1, p.workload.temperature, 1.0)
     out = []
     for c in p.measurements.cells:  # type: ignore[attr-defined]
@@ -136,7 +148,7 @@ def read_back(p: Prepared, data: SweepData) -> list[dict[str, Any]]:
         if c.task != p.workload.task or c.tree is not None or not (c.speedup_vs_plain and tokens and c.samples):
             continue
         g = GridKey(c.strategy, int(c.num_draft_tokens or 0))
-        cand = sc.candidate(option(plugins, g), b)
+        cand = candidate(index, costs.ctx, option(plugins, g), b)
         cost = cand.evidence.cost
         if cost is None:  # nothing measured to read back
             continue
@@ -154,7 +166,7 @@ def grid_key(o: Option) -> GridKey:
     return GridKey(o.plugin.name, c.depth)
 
 
-def grid_options(p: Prepared, sc: Scorer, strategies: set[str] | None = None) -> list[Option]:
+def grid_options(p: Prepared, strategies: set[str] | None = None) -> list[Option]:
     """Every configuration the sweep measured, as options (feasibility and notes as ``options_for``).
 
     ``options_for`` alone is not enough: its trees (``analytic.configs_for``) hold 8, 16, 32 or 64
@@ -162,7 +174,7 @@ def grid_options(p: Prepared, sc: Scorer, strategies: set[str] | None = None) ->
     offered to the policy -- the oracle would then range over a larger space than the policy.
     """
     plugins = load_strategies()
-    known = options_for(p.profile, plugins, sc.ctx.target)  # type: ignore[arg-type]
+    known = options_for(p.profile, plugins, cost_context(p.profile).target)  # type: ignore[arg-type]
     by_key = {grid_key(o): o for o in known}
     by_plugin = {o.plugin.name: o for o in known if not o.config.is_tree}
     out = []
@@ -174,25 +186,25 @@ def grid_options(p: Prepared, sc: Scorer, strategies: set[str] | None = None) ->
     return out
 
 
-def decide(p: Prepared, data: SweepData, est: SpeedupEstimator | None,
-           strategies: set[str] | None = None) -> tuple[GridKey, float, Recommendation]:
-    """The policy's choice at batch 1 and the workload's temperature, and its predicted speedup
-    (among ``strategies`` only when given: e.g. those an engine serves).
-
-    This is ``picker.recommend.pipeline.recommend`` (``score_workload``, then ``decide``) with one
-    difference: the options are exactly those the sweep measured, so the sweep's best is the oracle
-    of the very space the policy chooses from.
-    """
-    sc = scorer(p, data, est)
-    rec = decide_table(score_workload(sc, grid_options(p, sc, strategies)))
+def choice_of(p: Prepared, result: Result) -> tuple[GridKey, float]:
+    """What ``result``'s plan runs on the workload (batch 1, its temperature) and its predicted speedup."""
+    rec = result.recommendation
     d = rec.decision
     k = next(r.num_speculative_tokens for r in d.batch_schedule if r.min_batch <= 1)
     sw = d.temperature_switch
     off = d.strategy == "none" or k == 0 or (sw.above is not None and p.workload.temperature > sw.above)
     if off:
-        return GridKey("plain", 0), 1.0, rec
+        return GridKey("plain", 0), 1.0
     if d.tree is not None:
         t = d.tree
         return GridKey(d.strategy, t.num_draft_tokens - 1, f"depth={t.depth},topk={t.topk},tokens={t.num_draft_tokens}"), \
-            rec.predicted_speedup.mean, rec
-    return GridKey(d.strategy, k), rec.predicted_speedup.mean, rec
+            rec.predicted_speedup.mean
+    return GridKey(d.strategy, k), rec.predicted_speedup.mean
+
+
+def decide(p: Prepared, data: SweepData, est: SpeedupEstimator | None,
+           strategies: set[str] | None = None) -> tuple[GridKey, float, Recommendation]:
+    """The policy's choice at batch 1 and the workload's temperature, and its predicted speedup
+    (among ``strategies`` only when given: e.g. those an engine serves): :func:`recommended`, read."""
+    result = recommended(p, data, est, strategies)
+    return (*choice_of(p, result), result.recommendation)

@@ -34,12 +34,13 @@ from bench.regret.data import (
 )
 from bench.regret.policy import (
     Prepared,
-    decide,
+    choice_of,
     draft_kinds,
     fit,
     predict_grid,
     prepare,
     read_back,
+    recommended,
 )
 
 # Engine defaults (research/policies.md §6; FACTS.md). SGLang's (steps, topk, draft tokens) apply to
@@ -80,15 +81,16 @@ def evaluate(p: Prepared, data: SweepData, est: Any, train: list[Prepared]) -> d
     """
     w = p.workload
     truth = {**w.truth, GridKey("plain", 0): 1.0}
-    choice, predicted, rec = decide(p, data, est)
-    a_choice, a_pred, _ = decide(p, data, None)
+    result, analytic = recommended(p, data, est), recommended(p, data, None)
+    (choice, predicted), (a_choice, a_pred) = choice_of(p, result), choice_of(p, analytic)
+    rec = result.recommendation
     best = max(truth, key=lambda g: truth[g])
     strategies = {g.strategy for g in w.truth}
     configs = {"policy": choice, "analytic": a_choice, "sweep best": best, "best on average": best_on_average(train),
                "vllm ngram N=5": VLLM_NGRAM, **sglang_defaults(strategies),
                "hf constant": HF_CONSTANT, "hf heuristic": HF_HEURISTIC}
-    preds = predict_grid(p, data, est)
-    base = predict_grid(p, data, None)
+    preds = predict_grid(p, result)
+    base = predict_grid(p, analytic)
     cells = [{"config": g.label, "measured": w.truth[g], "predicted": m, "low": lo, "high": hi,
               "analytic": base[g][0]} for g, (m, lo, hi) in preds.items()]
     sweep_recs = w.records

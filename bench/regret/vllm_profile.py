@@ -9,7 +9,7 @@ the evaluation never uses, one pass. (The first design, prompt lookup at N = 8 o
 read R(N) for prompt lookup as a line through (0, 1) and one noisy point, and chose badly: 0.72 of
 the grid's best; see bench/regret/README.md.) Acceptance (per position) comes from the servers' ``/metrics`` counters; the speedup
 against plain at each measured N gives the step ratio R(N) (``policies.cell_evidence.live_step_ratio``),
-which ``picker.recommend.scoring.Scorer`` interpolates for every other N. The reference-engine correction
+which the recommendation (``picker.recommend.evidence_index``) interpolates for every other N. The reference-engine correction
 is out of its domain here: the decision is the analytic model with vLLM's measured costs. The rows
 become summary cells through the profiler's own conversion (``picker.profiler.vllm.wave_record``,
 then ``picker.profiler.summary.build_summary``): one wave record per (configuration, workload, pass).

@@ -35,30 +35,17 @@ def recommend(
 ) -> None:
     """Recommend a speculative-decoding setting for a workload, with engine configs and a rollout."""
     check_outputs(out=out, fmt=fmt, plot=plot)  # a bad --out / --plot is refused before any work
-    from picker.inputs.measurements import load_measurements
-    from picker.inputs.workload import load_profile
-    from picker.recommend.pipeline import recommend as build
-    from picker.recommend.render import render
+    from picker.recommend.pipeline import load_inputs, recommend_inputs
+    from picker.recommend.render import render_result
 
-    prof = load_profile(profile)
-    meas = load_measurements(measurements) if measurements is not None else None
-    if meas is not None:  # refuse another model's measurements unless overridden (picker.inputs.provenance)
-        from picker.inputs.provenance import check_measurements
+    inputs = load_inputs(profile, measurements, policy=policy, calibration=calibration,
+                         allow_other_model=allow_other_model)
+    result = recommend_inputs(inputs)
+    said = []
+    if plot is not None:
+        from picker.recommend.explain import plot as draw
 
-        check_measurements(meas, prof, allow_other_model)
-    cal = None
-    if calibration is not None:
-        from policies import calibration_for
-
-        cal = calibration_for(calibration, prof.engine.name, prof.hardware.gpu)
-    if explain or policy is not None or plot is not None:
-        from picker.recommend.explain import recommend_command
-
-        write_output(recommend_command(prof, meas, measurements, policy, explain, plot, fmt.value, str(profile),
-                                       calibration=cal), out)
-        return
-    from picker.inputs.verify_curve import verify_curve_beside
-
-    # The sweep's verify curve beside the measurements, as --explain, --policy and report read it.
-    write_output(render(build(prof, meas, path=str(profile), calibration=cal,
-                              verify_curve=verify_curve_beside(measurements)), fmt.value), out)
+        said.append(f"plot written to {plot}" if draw(plot, result) else
+                    "no plot drawn (no strategy chosen, or no matplotlib)")
+    section = explain or policy is not None or plot is not None
+    write_output(render_result(result, fmt.value, explain=explain, section=section, notes=said), out)

@@ -22,19 +22,12 @@ from picker.cli.common import check_outputs, user_errors, write_output
 def build_page(profile: Path, measurements: Path | None = None, policy: Path | None = None,
                calibration: Path | None = None, allow_other_model: bool = False) -> str:
     """The HTML page for ``profile`` (and the optional inputs), as ``specpick report`` writes it."""
-    from picker.inputs.measurements import load_measurements
-    from picker.inputs.provenance import check_measurements
-    from picker.inputs.workload import load_profile
+    from picker.recommend.pipeline import load_inputs, recommend_inputs
     from picker.recommend.report import html_page
-    from picker.recommend.report_data import gather
 
-    prof = load_profile(profile)
-    meas = load_measurements(measurements) if measurements is not None else None
-    if meas is not None:
-        check_measurements(meas, prof, allow_other_model)
-    data = gather(prof, meas, path=str(profile), policy_path=policy, calibration_path=calibration,
-                  measurements_path=measurements)
-    return html_page(data)
+    inputs = load_inputs(profile, measurements, policy=policy, calibration=calibration,
+                         allow_other_model=allow_other_model)
+    return html_page(recommend_inputs(inputs))
 
 
 @user_errors

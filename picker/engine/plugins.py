@@ -20,6 +20,11 @@ head trainer, the depth an artifact allows), imported only when used, and :class
     >>> DraftOptions(depth="depth", topk="topk", length_offset=1).tree(4, 2, 8)
     {'depth': 4, 'topk': 2, 'num_draft_tokens': 8}
 
+Engine configs come from the plugin too: ``engine_configs`` maps an engine to a hook that writes
+that engine's config for a decision (``picker.engine.deploy``: ``hook(DeployRequest) ->
+EngineConfig``); an engine the strategy names in ``Capabilities.engines`` without a hook gets the
+engine's generic config for that algorithm (``picker.engine.deploy.default_config``).
+
 Set ``SPECPICKER_PLUGINS=builtin`` to load only the project's own strategies (tests do).
 """
 
@@ -38,7 +43,7 @@ RESERVED_NAMES = frozenset({"none", "plain", "auto"})
 # draft_model: a small LM forward per draft token; target_layer: one target-sized decoder layer
 # per draft step (EAGLE); heads: a few MLPs on the last hidden state (Medusa); cpu_lookup: a
 # host-side table lookup (prompt lookup); in_forward: the guesses ride in the target forward (lookahead).
-Artifact = Literal["draft_model", "eagle3_head", "medusa_heads"]
+Artifact = Literal["draft_model", "eagle3_head", "medusa_heads", "mtp"]
 DraftCost = Literal["draft_model", "target_layer", "heads", "cpu_lookup", "in_forward"]
 
 
@@ -62,6 +67,13 @@ class Capabilities:
     artifact_heads: int | None = None
     # Engine name -> the engine's own name for this algorithm, or None where the engine has none.
     engines: dict[str, str | None] = field(default_factory=dict)
+    # Engines that verify trees but whose algorithm for this strategy drafts chains (TensorRT-LLM's
+    # suffix automaton for `suffix`): a tree of this strategy is not deployable there.
+    chain_only_engines: tuple[str, ...] = ()
+    # Engines whose algorithm only approximates this strategy: its config is emitted (and says how it
+    # differs), but the strategy's priors describe the strategy, not the approximation, so a plan
+    # for that engine does not rest on them.
+    approximate_engines: tuple[str, ...] = ()
 
 
 # A hook is named as ``"module:attr"`` (imported on first use, so that `specpick recommend` never
@@ -139,6 +151,8 @@ class StrategyPlugin:
     :class:`picker.engine.training.DistillData` and saves them to ``out_dir`` (required where
     ``capabilities.trainable_heads``). ``artifact_depth(folder) -> int | None`` says how deep a
     draft the artifact in ``folder`` can make (Medusa: one head per depth); None: no limit known.
+    ``engine_configs``: engine name -> ``config(DeployRequest) -> EngineConfig`` for engines whose
+    config needs more than the generic one (``picker.engine.deploy``).
     """
 
     name: str
@@ -148,6 +162,7 @@ class StrategyPlugin:
     draft_options: DraftOptions = field(default_factory=DraftOptions)
     train_heads: Hook | None = None
     artifact_depth: Hook | None = None
+    engine_configs: dict[str, Hook] = field(default_factory=dict)
 
     def drafter_factory(self) -> Callable[..., Any] | None:
         """The ``make_drafter`` callable (imported now), or None for a strategy with no local drafter."""
@@ -161,6 +176,12 @@ class StrategyPlugin:
         """The deepest draft the artifact folder allows, or None (no hook, or nothing it can tell)."""
         hook = resolve_hook(self.artifact_depth, self.name)
         return None if hook is None else hook(artifact)
+
+    def engine_config(self, engine: str) -> Callable[..., Any]:
+        """The hook writing ``engine``'s config (imported now); the generic one when none is declared."""
+        from picker.engine.deploy import default_config
+
+        return resolve_hook(self.engine_configs.get(engine), self.name) or default_config
 
     def to_dict(self) -> dict[str, Any]:
         caps = self.capabilities
@@ -177,10 +198,13 @@ class StrategyPlugin:
                 "draft_cost": caps.draft_cost,
                 "artifact": caps.artifact,
                 "engines": dict(caps.engines),
+                "chain_only_engines": list(caps.chain_only_engines),
+                "approximate_engines": list(caps.approximate_engines),
             },
             "draft_options": self.draft_options.to_dict(),
             "hooks": {"make_drafter": hook_name(self.make_drafter), "train_heads": hook_name(self.train_heads),
                       "artifact_depth": hook_name(self.artifact_depth)},
+            "engine_configs": {engine: hook_name(hook) for engine, hook in self.engine_configs.items()},
         }
 
 
@@ -237,7 +261,8 @@ def load_strategies(only_builtin: bool | None = None) -> dict[str, StrategyPlugi
 def check_plugin(plugin: StrategyPlugin) -> None:
     """Fail at discovery, not at first use, on a hook that cannot name anything or a missing trainer."""
     hooks = {"make_drafter": plugin.make_drafter, "train_heads": plugin.train_heads,
-             "artifact_depth": plugin.artifact_depth}
+             "artifact_depth": plugin.artifact_depth,
+             **{f"engine_configs[{engine!r}]": hook for engine, hook in plugin.engine_configs.items()}}
     for name, hook in hooks.items():
         if isinstance(hook, str) and (hook.count(":") != 1 or not all(hook.partition(":")[::2])):
             raise PluginError(f"strategy {plugin.name!r}: {name}={hook!r} is not 'module:attr'")
@@ -245,3 +270,6 @@ def check_plugin(plugin: StrategyPlugin) -> None:
             raise PluginError(f"strategy {plugin.name!r}: {name} is neither 'module:attr' nor callable")
     if not isinstance(plugin.draft_options, DraftOptions):
         raise PluginError(f"strategy {plugin.name!r}: draft_options is not a DraftOptions")
+    if stray := sorted(set(plugin.engine_configs) - set(plugin.capabilities.engines)):
+        raise PluginError(f"strategy {plugin.name!r}: engine_configs for {stray}, which capabilities.engines "
+                          "does not name (give the engine's algorithm there)")

@@ -23,7 +23,7 @@ through :func:`optimizer_step`, so gradient clipping is applied the same way eve
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +45,27 @@ def optimizer_step(opt: torch.optim.Optimizer, loss: torch.Tensor, params: Itera
     torch.nn.utils.clip_grad_norm_(params, max_norm)
     opt.step()
     return loss.item()
+
+
+def train_steps(module: torch.nn.Module, loss_of: Callable[[torch.Tensor], torch.Tensor], *, steps: int, rows: int,
+                batch: int, lr: float, seed: int, on_step: Callable[[int, float], None] | None = None,
+                warmup: int = 10) -> list[float]:
+    """AdamW over ``module`` for ``steps`` steps of ``batch`` seeded row indices out of ``rows``:
+    ``loss_of(idx)`` is the loss, the learning rate warms up over ``warmup`` steps then decays
+    linearly to 0. Leaves the module in eval mode; returns the losses."""
+    opt = torch.optim.AdamW(module.parameters(), lr=lr, weight_decay=0.0)
+    gen = torch.Generator().manual_seed(seed)
+    losses: list[float] = []
+    module.train()
+    for step in range(steps):
+        for group in opt.param_groups:  # short warm-up then linear decay
+            group["lr"] = lr * min(1.0, (step + 1) / warmup) * (1.0 - step / max(1, steps))
+        idx = torch.randint(0, rows, (batch,), generator=gen)
+        losses.append(optimizer_step(opt, loss_of(idx), module.parameters()))
+        if on_step is not None:
+            on_step(step, losses[-1])
+    module.eval()
+    return losses
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
     drafters:
       draft_model: {name: meta-llama/Llama-3.2-1B-Instruct, params_b: 1.2}
+      mtp: {modules: 1, builtin: true}   # MTP modules shipped in the target checkpoint
       training_budget_gpu_hours: 0
       disabled: [lookahead]        # registered strategy names (`specpick strategies`)
 
@@ -56,12 +57,35 @@ class MedusaHeadsSpec(HeadSpec):
     num_heads: Heads = Field(description="Number of Medusa heads (tokens proposed beyond the next one).")
 
 
+class MtpSpec(Section):
+    """Multi-token prediction modules: in the target checkpoint (DeepSeek-V3, Qwen3-Next, GLM-4.5,
+    MiMo) or trained separately (then named by ``name`` or ``path``)."""
+
+    modules: Heads = Field(description=(
+        "Number of MTP modules (DeepSeek-V3 ships 1); each drafts one token further, a longer chain "
+        "reuses the last one."))
+    builtin: bool = Field(False, description=(
+        "The modules are part of the target checkpoint: engines load them from the model's own path."))
+    name: Name | None = Field(None, description="Hub id of separately trained modules.")
+    path: Name | None = Field(None, description="Local path of separately trained modules, as the engine loads it.")
+
+    @model_validator(mode="after")
+    def _located(self) -> MtpSpec:
+        if not self.builtin and self.name is None and self.path is None:
+            raise ValueError("say builtin: true (the modules are in the checkpoint) or give name or path")
+        if self.builtin and (self.name is not None or self.path is not None):
+            raise ValueError("builtin modules live in the target checkpoint: drop name and path")
+        return self
+
+
 class DraftersSpec(Section):
     """What speculation can draw on. Omitted entries are not available."""
 
     draft_model: DraftModelSpec | None = Field(None, description="A separate draft model, if one exists.")
     eagle3_head: HeadSpec | None = Field(None, description="A trained EAGLE-3 head for the target.")
     medusa_heads: MedusaHeadsSpec | None = Field(None, description="Trained Medusa heads for the target.")
+    mtp: MtpSpec | None = Field(None, description=(
+        "The target's multi-token prediction modules: built into the checkpoint, or trained separately."))
     training_budget_gpu_hours: NonNegFloat = Field(0.0, description=(
         "GPU-hours you would spend training heads; > 0 makes EAGLE-3 and Medusa feasible without "
         "existing heads (the recommendation then says they must be trained first)."))

@@ -24,7 +24,7 @@ from picker.inputs.fields import Batch, Section, Tokens, TokensFloat, Weight, re
 from picker.inputs.yamlio import fail_at
 
 TaskType = Literal["chat", "code", "structured", "math", "summarization", "rag", "translation",
-                   "creative"]
+                   "creative", "agentic"]
 TASK_TYPES: tuple[str, ...] = get_args(TaskType)
 WEIGHT_TOLERANCE = 1e-6
 Temperature = Annotated[float, Field(strict=True, ge=0, le=2)]

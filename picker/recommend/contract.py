@@ -57,16 +57,23 @@ class BatchRange(_Model):
     min_batch: int
     max_batch: int | None = Field(description="inclusive; null = no upper bound")
     num_speculative_tokens: int = Field(description="0 = speculation off in this range")
-    predicted_speedup: float = Field(description="at min_batch")
-    predicted_speedup_at_max_batch: float = Field(description="at max_batch (the largest batch examined if open)")
+    predicted_speedup: float = Field(description=(
+        "of the deployed setting at the range's first batch on the batch grid (1, 2, 4, ..., 512): "
+        "the draft length the engine runs there, off above the temperature switches"))
+    predicted_speedup_at_max_batch: float = Field(description=(
+        "the same at the range's last batch on the grid (the largest batch examined if open)"))
     break_even_alpha: float | None = Field(None, description=(
-        "per-token alpha below which this range's setting is slower than plain decoding, at min_batch "
-        "(null where speculation is off)"))
+        "per-token alpha below which this range's setting is slower than plain decoding, at "
+        "break_even_at_batch (null where speculation is off)"))
+    break_even_at_batch: int | None = Field(None, description=(
+        "the batch size break_even_alpha is computed at: the one carrying most of this range's traffic, "
+        "else the range's first batch on the grid; the range holding the typical batch states the "
+        "plan's headline break-even alpha"))
     predicted_speedup_range: tuple[float, float] | None = Field(None, description=(
-        "low and high of the predicted speedup at min_batch (of the best setting, also where it is off)"))
+        "low and high of predicted_speedup (of the best setting where the range is off)"))
     uncertain: bool = Field(False, description=(
-        "the predicted range at min_batch straddles 1.0x: on or off is decided by the mean; measure at "
-        "this batch before relying on it"))
+        "the predicted range at the range's first batch straddles 1.0x: on or off is decided by the "
+        "mean; measure at this batch before relying on it"))
     disable_above_temperature: float | None = Field(None, description=(
         "in this range speculation is off above this temperature, where that is lower than the "
         "global temperature switch (null: the global switch holds)"))
@@ -127,6 +134,10 @@ class Evidence(_Model):
     measured_on: str | None = Field(None, description="the measured model, when it is not the profile's")
     calibration: str | None = Field(None, description=(
         "the calibration file (specpick calibrate) the load curve's constants came from; null: none"))
+    cost_source: Literal["measured", "calibrated", "modelled"] = Field("modelled", description=(
+        "where step costs come from (picker.recommend.costs): 'measured' = the measurements' own (their "
+        "gain against concurrency, per-step timings), the load curve where they say nothing; 'calibrated' "
+        "= the load curve with constants from the calibration file; 'modelled' = the shipped load curve"))
 
 
 # What every predicted speedup in a Recommendation averages over, stated once and carried in the
@@ -144,6 +155,8 @@ SPEEDUP_SCOPES: dict[str, str] = {
     "decision.batch_schedule.predicted_speedup": "at that batch size, over the task mix and temperatures; "
                                                  "its step_cost says whether measured under load or modelled",
     "typical_batch": "the batch size carrying the most traffic; the rationale's step cost is at this batch",
+    "break_even_alpha": "of the deployed setting at the typical batch: the batch schedule row holding it states "
+                        "the same value (its break_even_at_batch is the typical batch)",
 }
 
 
@@ -152,7 +165,9 @@ class Recommendation(_Model):
     engine: str
     decision: Decision
     predicted_speedup: SpeedupRange
-    break_even_alpha: float
+    typical_batch: int = Field(1, description="the batch size carrying the most traffic")
+    break_even_alpha: float = Field(description=(
+        "per-token alpha below which the deployed setting at the typical batch is slower than plain decoding"))
     break_even_accept_length: float = Field(
         description="tokens per verify step (bonus included; SGLang's accept length) needed to break even")
     per_task: list[TaskRow]

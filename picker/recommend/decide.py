@@ -1,18 +1,23 @@
 """From the scored table to the Recommendation: the deployed setting, its temperature switch and
-batch schedule, per-task table, alternatives, engine configs, rollout and evidence.
+batch schedule (``picker.recommend.schedule``), per-task table, alternatives, engine configs,
+rollout and evidence.
 
-The decision reads a :class:`~picker.recommend.table.ScoredTable` (``picker.recommend.pipeline``
-builds it) and nothing else: every speedup, cost and α it needs was scored before it runs.
+The decision reads a :class:`~picker.recommend.table.ScoredTable` (``picker.recommend.scoring``
+builds it) and nothing else: every speedup, cost and α it needs was scored before it runs. It
+returns the Recommendation with the :class:`~picker.recommend.schedule.Deployment` behind it, so
+the plots and the SDK read what the plan deploys instead of deciding again.
 
-    >>> from picker.recommend.decide import merge_schedule
-    >>> merge_schedule([(1, 4), (2, 4), (4, 3), (8, 0)])
-    [(1, 2, 4), (3, 4, 3), (5, None, 0)]
+The headline break-even α is the deployed setting's at the typical batch (the batch size carrying
+the most traffic): the batch schedule's row holding that batch states the same value, at that
+batch, and the rationale and the rollout gate print it from the stored value.
+
+    >>> greedy_gate_text("vllm").startswith("no errors; on a fixed prompt set at T=0")
+    True
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable
-from typing import Any
+from dataclasses import dataclass
 
 from picker.recommend.contract import (
     BatchRange,
@@ -26,147 +31,14 @@ from picker.recommend.contract import (
     TemperatureSwitch,
     TreeShape,
 )
-from picker.recommend.engine_configs import ENGINE_GREEDY, ScheduleEntry, build_engine_configs
+from picker.recommend.engine_configs import ENGINE_GREEDY, ScheduleEntry, build_engine_configs, runs_batch_schedule
+from picker.recommend.figures import fraction, rounded, times
 from picker.recommend.measured_load import MEASURED, AnchoredStepCost, cost_source
-from picker.recommend.table import (
-    BATCH_GRID,
-    NOT_WORTH_IT,
-    TEMPERATURE_GRID,
-    Bucket,
-    Scored,
-    ScoredTable,
-    family,
-    harmonic,
-    ranked,
-)
-from policies import break_even
+from picker.recommend.schedule import Deployment, Point, batch_schedule, merge_schedule, temperature_switch
+from picker.recommend.table import BATCH_GRID, NOT_WORTH_IT, Scored, ScoredTable, family, ranked
+from policies import StepCost, break_even
 
 ALTERNATIVES = 8
-
-
-def merge_schedule(points: list[tuple[int, Hashable]]) -> list[tuple[int, int | None, Any]]:
-    """(batch, key) at grid points → contiguous ranges (min, max, key); point b_i covers (b_{i-1}, b_i]."""
-    ranges: list[list] = []
-    prev = 0
-    for batch, k in points:
-        if ranges and ranges[-1][2] == k:
-            ranges[-1][1] = batch
-        else:
-            ranges.append([prev + 1, batch, k])
-        prev = batch
-    if ranges:
-        ranges[-1][1] = None  # the last range is open-ended
-    return [tuple(r) for r in ranges]  # type: ignore[misc]
-
-
-def temperature_switch(opt: Scored, bs: list[Bucket], batch: int | None = None) -> TemperatureSwitch:
-    """Speculation off above the highest temperature at which it still pays.
-
-    Scanned from the top, not from 0: the curve need not fall monotonically when its evidence
-    differs by temperature (measured cells near the workload's temperatures, priors and the
-    roofline elsewhere). A scan from 0 stopped at the first dip -- a prior-based 0.9x at T = 0 --
-    and switched speculation off above 0 for a T = 1 workload measured at 1.8x. A temperature with
-    no evidence (a plugin measured only near the workload's, with no published prior) never pays.
-    ``batch`` pins the batch size too (a batch range's own switch), else the workload's batch mix.
-    """
-    known = [t for t in TEMPERATURE_GRID if opt.scored_at(bs, batch=batch, temperature=t)]
-    paying = [t for t in known if opt.speedup_at(bs, batch=batch, temperature=t) >= 1.0]
-    top = TEMPERATURE_GRID[-1]
-    if paying and paying[-1] == known[-1] != top:
-        return TemperatureSwitch(above=paying[-1], action="disable",
-                                 reason=f"nothing measured or published above temperature {paying[-1]:g}")
-    if paying and paying[-1] == top:
-        return TemperatureSwitch(above=None, action="none",
-                                 reason=f"predicted speedup stays above 1.0x up to temperature {top:g}")
-    if not paying:
-        return TemperatureSwitch(above=0.0, action="disable",
-                                 reason="predicted speedup is below 1.0x at every temperature")
-    return TemperatureSwitch(above=paying[-1], action="disable",
-                             reason=f"predicted speedup falls below 1.0x above temperature {paying[-1]:g}")
-
-
-def batch_schedule(rows: tuple[Scored, ...], chosen: Scored, bs: list[Bucket],
-                   switch: TemperatureSwitch) -> list[BatchRange]:
-    members = family(rows, chosen)
-    kept = [b for b in bs if switch.above is None or b.temperature <= switch.above] or bs
-    points, best_s, best_o = [], {}, {}
-    cap = chosen.config.depth
-    for batch in BATCH_GRID:
-        # Never lengthen as the batch grows: verification only gets dearer with more tokens in flight.
-        allowed = [o for o in members if o.config.depth <= cap] or members
-        best = max(allowed, key=lambda o: o.speedup_at(kept, batch=batch))
-        s = best.speedup_at(kept, batch=batch)
-        k = best.config.depth if s >= 1.0 else 0
-        cap = max(k, 1) if k else cap
-        points.append((batch, k))
-        best_s[batch] = s if k else 1.0
-        best_o[batch] = best
-    # Once off, stay off: a schedule that turns speculation back on at a larger batch is noise --
-    # in the model. A measured gain against concurrency is no noise to smooth away: where the
-    # step cost is measured the row follows the measurement (the reference loop, for one, batches
-    # plain decoding badly at concurrency 1 and gains more at 2 and 4).
-    sources = {batch: cost_source(best_o[batch].costs_by_batch.get(batch)) for batch in BATCH_GRID}
-    for i in range(1, len(points)):
-        if points[i - 1][1] == 0 and sources[points[i][0]] != MEASURED:
-            points[i] = (points[i][0], 0)
-            best_s[points[i][0]] = 1.0
-    # A range also ends where its step costs change source: every row is measured or modelled.
-    out = []
-    for lo, hi, (k, source) in merge_schedule([(batch, (k, sources[batch])) for batch, k in points]):
-        grid = [b for b in BATCH_GRID if b >= lo and (hi is None or b <= hi)]
-        opt = best_o[grid[0]]
-        cost = opt.costs_by_batch.get(grid[0])
-        be = round(break_even(opt.config, cost), 3) if k and cost is not None else None
-        low, high = (opt.speedup_at(kept, batch=grid[0], which=w) for w in (1, 2))
-        out.append(BatchRange(min_batch=lo, max_batch=hi, num_speculative_tokens=k,
-                              predicted_speedup=round(best_s[grid[0]], 3),
-                              predicted_speedup_at_max_batch=round(best_s[grid[-1]], 3), break_even_alpha=be,
-                              predicted_speedup_range=(round(low, 3), round(high, 3)), uncertain=low < 1.0 <= high,
-                              disable_above_temperature=_range_switch(opt, bs, grid[0], switch) if k else None,
-                              step_cost=source))
-    return out
-
-
-def _range_switch(opt: Scored, bs: list[Bucket], batch: int, switch: TemperatureSwitch) -> float | None:
-    """The temperature above which ``opt`` stops paying at ``batch``, where that is below the global
-    switch: a larger batch makes verification dearer, so speculation can stop paying at a lower
-    temperature there than over the workload's batch mix."""
-    at = temperature_switch(opt, bs, batch).above
-    if at is None or (switch.above is not None and at >= switch.above):
-        return None
-    return at
-
-
-def _policy_speedups(rows: tuple[Scored, ...], chosen: Scored, bs: list[Bucket],
-                     switch: TemperatureSwitch, schedule: list[BatchRange]) -> SpeedupRange:
-    """Workload speedup of the deployed policy: schedule by batch, off above the switch (a range's own
-    where it has a lower one).
-
-    A batch range that drafts k tokens runs the chosen shape cut to depth k: the same top-k and, for
-    a tree, the node budget nearest the chosen one. (Keying the family by depth alone let the last
-    shape listed stand for each depth -- a 32-node tree for a 12-node one -- and the headline fell
-    far below the chosen configuration's own workload speedup.)
-    """
-    budget = chosen.config.num_draft_tokens
-    by_depth: dict[int, Scored] = {chosen.config.depth: chosen}
-    for o in family(rows, chosen):
-        if o.config.topk != chosen.config.topk or o.config.depth == chosen.config.depth:
-            continue
-        held = by_depth.get(o.config.depth)
-        if held is None or abs(o.config.num_draft_tokens - budget) < abs(held.config.num_draft_tokens - budget):
-            by_depth[o.config.depth] = o
-    out = []
-    for which in range(3):
-        pairs = []
-        for b in bs:
-            r = next(r for r in schedule if r.min_batch <= b.batch and (r.max_batch is None or b.batch <= r.max_batch))
-            k = r.num_speculative_tokens
-            above = r.disable_above_temperature if r.disable_above_temperature is not None else switch.above
-            off = k == 0 or (above is not None and b.temperature > above)
-            s = 1.0 if off else by_depth.get(k, chosen).speedups[b.key][which]
-            pairs.append((b.weight, s))
-        out.append(harmonic(pairs))
-    return SpeedupRange(mean=round(out[0], 3), low=round(min(out), 3), high=round(max(out), 3))
 
 
 def _tree(opt: Scored) -> TreeShape | None:
@@ -181,12 +53,14 @@ def _candidate(opt: Scored) -> Candidate:
         notes.append(f"step cost measured under load at batch {lo}-{hi}; the cost model outside")
     return Candidate(
         strategy=opt.plugin.name, num_speculative_tokens=opt.config.depth, tree=_tree(opt),
-        predicted_speedup=SpeedupRange(mean=round(opt.mean, 3), low=round(opt.low, 3), high=round(opt.high, 3)),
-        break_even_alpha=round(break_even(opt.config, opt.cost), 3),
+        predicted_speedup=SpeedupRange(mean=rounded(opt.mean), low=rounded(opt.low), high=rounded(opt.high)),
+        break_even_alpha=rounded(break_even(opt.config, opt.cost)),
         feasible=opt.feasible, engine_supported=opt.option.engine_supported, notes=notes)
 
 
-def per_task_rows(table: ScoredTable, chosen: Scored | None) -> list[TaskRow]:
+def per_task_rows(table: ScoredTable, deployed: Deployment | None) -> list[TaskRow]:
+    """Per task type: the best deployable configuration on that task's traffic alone, the α it rests
+    on, and the deployed policy's speedup there (schedule and switches applied, as the headline)."""
     rows = []
     bs = table.buckets
     for task in dict.fromkeys(b.task for b in bs):
@@ -203,11 +77,11 @@ def per_task_rows(table: ScoredTable, chosen: Scored | None) -> list[TaskRow]:
         a = table.alpha(best.plugin.name, task, max(tb, key=lambda b: b.weight).temperature)
         sources = {table.alpha(best.plugin.name, task, b.temperature).source for b in tb}
         rows.append(TaskRow(
-            task=task, weight=round(weight, 4), strategy=best.plugin.name, alpha=round(a.mean, 3),
-            alpha_range=(round(a.low, 3), round(a.high, 3)),
+            task=task, weight=round(weight, 4), strategy=best.plugin.name, alpha=rounded(a.mean),
+            alpha_range=(rounded(a.low), rounded(a.high)),
             evidence=sources.pop() if len(sources) == 1 else "mixed",  # type: ignore[arg-type]
-            predicted_speedup=SpeedupRange(mean=round(s[0], 3), low=round(min(s), 3), high=round(max(s), 3)),
-            deployed_speedup=round(chosen.speedup_at(tb), 3) if chosen else 1.0))
+            predicted_speedup=SpeedupRange(mean=rounded(s[0]), low=rounded(min(s)), high=rounded(max(s))),
+            deployed_speedup=rounded(deployed.speedup(tb)[0]) if deployed else 1.0))
     return rows
 
 
@@ -254,7 +128,7 @@ def rollout(strategy: str, break_even: float, accept_length: float, itl_p99: flo
          greedy_gate_text(engine)),
         ("measure alpha", "Measure per-token acceptance per task on live traffic "
          "(`specpick profile --backend <engine> --url ...`).",
-         f"alpha >= break-even {break_even:.2f} (accept length >= {accept_length:.2f} tokens per verify) for "
+         f"alpha >= break-even {fraction(break_even)} (accept length >= {fraction(accept_length)} tokens per verify) for "
          "every task with real traffic; otherwise turn it off "
          "for that traffic or re-run `specpick recommend --measurements`"),
         ("watch tail latency", "Compare p99 inter-token latency with the baseline at the same load.",
@@ -268,19 +142,24 @@ def rollout(strategy: str, break_even: float, accept_length: float, itl_p99: flo
 
 
 def _engine_configs(table: ScoredTable, chosen: Scored, schedule: list[BatchRange]) -> dict:
-    d = table.profile.drafters
+    """Each engine's config from the chosen strategy's own hooks; the profile's engine at its version."""
+    profile = table.profile
     art = chosen.caps.artifact
-    spec = getattr(d, art, None) if art else None
+    spec = getattr(profile.drafters, art, None) if art else None
     path = None
     if art is not None:
         path = (getattr(spec, "path", None) or getattr(spec, "name", None)) if spec else f"<trained {art}>"
+        if getattr(spec, "builtin", False):
+            path = profile.model.name  # the artifact is part of the target checkpoint
     # Rows split only where the step cost's source changes are one range to an engine.
     sched = [ScheduleEntry(lo, hi, k) for lo, hi, k in
              merge_schedule([(r.max_batch or BATCH_GRID[-1], r.num_speculative_tokens) for r in schedule])]
     c = chosen.config
     return build_engine_configs(
-        strategy=chosen.plugin.name, engines=chosen.caps.engines, num_speculative_tokens=c.depth,
-        tree=(c.depth, c.topk, c.num_draft_tokens), schedule=sched, draft_path=path)
+        strategy=chosen.plugin.name, plugin=chosen.plugin, num_speculative_tokens=c.depth,
+        tree=(c.depth, c.topk, c.num_draft_tokens), schedule=sched, draft_path=path,
+        versions={profile.engine.name: profile.engine.version}, target=profile.model.name,
+        artifact_info=spec.model_dump(exclude_none=True) if spec is not None else None)
 
 
 def _evidence(table: ScoredTable, chosen: Scored | None) -> Evidence:
@@ -299,7 +178,7 @@ def _evidence(table: ScoredTable, chosen: Scored | None) -> Evidence:
         "tree E[L] assumes the i-th ranked child accepts with alpha*(1-alpha)^(i-1) (Sequoia-style positional model)",
     ]
     return Evidence(source=source, citations=citations, notes=notes,  # type: ignore[arg-type]
-                    calibration=table.calibration)
+                    calibration=table.calibration, cost_source=table.cost_kind)  # type: ignore[arg-type]
 
 
 def _profile_warnings(table: ScoredTable) -> list[str]:
@@ -316,26 +195,68 @@ def _profile_warnings(table: ScoredTable) -> list[str]:
     return out
 
 
-def _speculation_off(table: ScoredTable, usable: list[Scored], path: str) -> Recommendation:
+@dataclass(frozen=True)
+class Decided:
+    """The Recommendation, and what it deploys batch by batch (None, () when speculation stays off)."""
+
+    recommendation: Recommendation
+    deployment: Deployment | None
+    points: tuple[Point, ...]
+
+
+def _speculation_off(table: ScoredTable, usable: list[Scored], path: str) -> Decided:
     """The recommendation when nothing is deployable or nothing pays enough."""
     profile = table.profile
     why = ("no strategy is deployable on this profile" if not usable else
            f"the best option ({usable[0].plugin.name}, {usable[0].config.label}) predicts only "
-           f"{usable[0].mean:.2f}x")
+           f"{times(usable[0].mean)}")
     decision = Decision(strategy="none", num_speculative_tokens=0, tree=None,
                         temperature_switch=TemperatureSwitch(above=None, action="none", reason=why),
                         batch_schedule=[BatchRange(min_batch=1, max_batch=None, num_speculative_tokens=0,
                                                    predicted_speedup=1.0, predicted_speedup_at_max_batch=1.0)])
-    return Recommendation(
+    return Decided(Recommendation(
         profile=path or profile.name, engine=profile.engine.name, decision=decision,
-        predicted_speedup=SpeedupRange(mean=1.0, low=1.0, high=1.0), break_even_alpha=1.0,
-        break_even_accept_length=1.0, per_task=per_task_rows(table, None), alternatives=alternatives(table.rows),
-        engine_configs={}, rollout=rollout("speculation", 1.0, 1.0, profile.slo.itl_p99_ms, profile.engine.name),
+        predicted_speedup=SpeedupRange(mean=1.0, low=1.0, high=1.0), typical_batch=table.typical_batch,
+        break_even_alpha=1.0, break_even_accept_length=1.0, per_task=per_task_rows(table, None),
+        alternatives=alternatives(table.rows), engine_configs={},
+        rollout=rollout("speculation", 1.0, 1.0, profile.slo.itl_p99_ms, profile.engine.name),
         evidence=_evidence(table, None), rationale=[f"Leave speculation off: {why}."],
-        warnings=_profile_warnings(table))
+        warnings=_profile_warnings(table)), None, ())
 
 
-def decide(table: ScoredTable, *, path: str = "") -> Recommendation:
+def _schedulable(table: ScoredTable, chosen: Scored) -> bool:
+    """Whether the profile's engine switches this configuration's draft length by batch size."""
+    engine = table.profile.engine.name
+    return runs_batch_schedule(engine, chosen.plugin, chosen.config.topk, table.profile.engine.version)
+
+
+def _at_typical(table: ScoredTable, deployed: Deployment) -> tuple[Scored, StepCost, float]:
+    """The setting deployed at the typical batch, its step cost there and its break-even α: the
+    schedule row holding the typical batch states that α (at that batch); where the row is off, the
+    chosen configuration's at that batch (what turning it on there would need)."""
+    batch = table.typical_batch
+    row = next(r for r in deployed.ranges if r.min_batch <= batch and (r.max_batch is None or batch <= r.max_batch))
+    shape = deployed.shapes.get(row.num_speculative_tokens, deployed.chosen) if row.num_speculative_tokens \
+        else deployed.chosen
+    cost = shape.costs_by_batch.get(batch, shape.cost)
+    if row.break_even_alpha is not None and row.break_even_at_batch == batch:
+        return shape, cost, row.break_even_alpha
+    return shape, cost, rounded(break_even(shape.config, cost))
+
+
+def _fixed_length_warning(table: ScoredTable, points: tuple[Point, ...]) -> list[str]:
+    """Where the engine drafts one length at every batch and that stops paying, say from where."""
+    losing = [p for p in points if p.k and p.mean < 1.0]
+    if not losing:
+        return []
+    p, engine = losing[0], table.profile.engine.name
+    return [f"{engine} cannot change the draft length by batch size for this configuration: it drafts "
+            f"{p.k} at every batch, and is predicted slower than plain decoding at batch {p.batch} "
+            f"({times(p.mean)}; the schedule's rows say from where); keep the server's concurrency below it, "
+            "or measure there before relying on it"]
+
+
+def decide(table: ScoredTable, *, path: str = "") -> Decided:
     """Deploy the best deployable option if it pays, with its temperature switch and batch schedule."""
     profile, bs = table.profile, list(table.buckets)
     usable = ranked(table.rows)
@@ -343,36 +264,39 @@ def decide(table: ScoredTable, *, path: str = "") -> Recommendation:
         return _speculation_off(table, usable, path)
     chosen = usable[0]
     switch = temperature_switch(chosen, bs)
-    schedule = batch_schedule(table.rows, chosen, bs, switch)
-    k_max = max(r.num_speculative_tokens for r in schedule)
+    varies = _schedulable(table, chosen)
+    deployed, points = batch_schedule(table.rows, chosen, bs, switch, varies)
+    k_max = max(r.num_speculative_tokens for r in deployed.ranges)
     if 0 < k_max < chosen.config.depth:
         # The schedule never uses the full depth: deploy the length it does use at small batches,
         # so the engine's maximum (vLLM num_speculative_tokens, TRT max_draft_len) matches it.
         chosen = max(family(table.rows, chosen), key=lambda o: (o.config.depth == k_max, o.mean))
-        schedule = batch_schedule(table.rows, chosen, bs, switch)
-    predicted = _policy_speedups(table.rows, chosen, bs, switch, schedule)
-    be = break_even(chosen.config, chosen.cost)
-    warnings = list(chosen.notes)
+        deployed, points = batch_schedule(table.rows, chosen, bs, switch, varies)
+    schedule = list(deployed.ranges)
+    mean, low, high = deployed.speedup(bs)
+    _, cost, be = _at_typical(table, deployed)
+    warnings = list(chosen.notes) + ([] if varies else _fixed_length_warning(table, points))
     if not chosen.caps.engines.get(profile.engine.name):
         warnings.append(f"{profile.engine.name} cannot run {chosen.plugin.name}")
     decision = Decision(strategy=chosen.plugin.name, num_speculative_tokens=chosen.config.depth,
                         tree=_tree(chosen), temperature_switch=switch, batch_schedule=schedule)
-    return Recommendation(
+    rec = Recommendation(
         profile=path or profile.name, engine=profile.engine.name, decision=decision,
-        predicted_speedup=predicted, break_even_alpha=round(be, 3),
-        break_even_accept_length=round(chosen.cost.step_ratio, 3),
-        per_task=per_task_rows(table, chosen), alternatives=alternatives(table.rows),
+        predicted_speedup=SpeedupRange(mean=rounded(mean), low=rounded(min(low, mean, high)),
+                                       high=rounded(max(low, mean, high))),
+        typical_batch=table.typical_batch, break_even_alpha=be, break_even_accept_length=rounded(cost.step_ratio),
+        per_task=per_task_rows(table, deployed), alternatives=alternatives(table.rows),
         engine_configs=_engine_configs(table, chosen, schedule),
-        rollout=rollout(chosen.plugin.name, be, chosen.cost.step_ratio, profile.slo.itl_p99_ms,
-                        profile.engine.name),
+        rollout=rollout(chosen.plugin.name, be, cost.step_ratio, profile.slo.itl_p99_ms, profile.engine.name),
         evidence=_evidence(table, chosen),
-        rationale=_rationale(chosen, usable, switch, schedule, table.typical_batch, be, table.calibration),
+        rationale=_rationale(table, chosen, usable, deployed, cost, be),
         warnings=warnings + _profile_warnings(table))
+    return Decided(rec, deployed, points)
 
 
-def _rationale(chosen: Scored, usable: list[Scored], switch: TemperatureSwitch,
-               schedule: list[BatchRange], batch: int, be: float, calibration: str | None) -> list[str]:
-    cost = chosen.cost
+def _rationale(table: ScoredTable, chosen: Scored, usable: list[Scored], deployed: Deployment, cost: StepCost,
+               be: float) -> list[str]:
+    batch, switch = table.typical_batch, deployed.switch
     if cost_source(cost) == MEASURED:
         priced = "measured end to end under load, the draft/verify split the model's"
     elif isinstance(cost, AnchoredStepCost):
@@ -380,19 +304,19 @@ def _rationale(chosen: Scored, usable: list[Scored], switch: TemperatureSwitch,
                   + ("" if batch == cost.measured_at else f", carried to batch {batch} by the load curve")
                   + "; the draft/verify split the model's")
     else:
-        priced = f"load curve, calibrated from {calibration}" if calibration else "load curve model"
+        priced = f"load curve, calibrated from {table.calibration}" if table.calibration else "load curve model"
     out = [
         f"{chosen.plugin.name} with {chosen.config.label} has the best token-weighted speedup over the "
-        f"workload at full depth on every batch ({chosen.mean:.2f}x, range {chosen.low:.2f}-{chosen.high:.2f}x; "
+        f"workload at full depth on every batch ({times(chosen.mean)}, range {times(chosen.low)}-{times(chosen.high)}; "
         f"the headline applies the batch schedule and the temperature switch).",
-        f"At the typical batch of {batch} (the batch size carrying the most traffic), one step costs {cost.step_ratio:.2f} plain forwards "
-        f"(draft c={cost.cost_ratio:.3f} per token, verify {cost.verify_ratio:.2f}x, {cost.bound}-bound; {priced}); "
-        f"it pays while alpha >= {be:.2f}.",
+        f"At the typical batch of {batch} (the batch size carrying the most traffic), one step costs "
+        f"{fraction(cost.step_ratio)} plain forwards (draft c={cost.cost_ratio:.3f} per token, verify "
+        f"{cost.verify_ratio:.2f}x, {cost.bound}-bound; {priced}); it pays while alpha >= {fraction(be)}.",
     ]
     runner = next((o for o in usable if o.plugin.name != chosen.plugin.name), None)
     if runner is not None:
-        out.append(f"Runner-up: {runner.plugin.name} ({runner.config.label}) at {runner.mean:.2f}x.")
-    off = [r for r in schedule if r.num_speculative_tokens == 0]
+        out.append(f"Runner-up: {runner.plugin.name} ({runner.config.label}) at {times(runner.mean)}.")
+    off = [r for r in deployed.ranges if r.num_speculative_tokens == 0]
     if off:
         out.append(f"From batch {off[0].min_batch} up, verification is no longer free enough: speculation off.")
     if switch.above is not None:

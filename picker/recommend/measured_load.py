@@ -3,8 +3,8 @@
 A profile or sweep run at several ``--concurrency`` levels (``picker.profiler.load``) measures, per
 configuration, the throughput gain over plain decoding at each level. Where a configuration has
 cells at two or more levels, that gain overrides the load curve's prediction *inside* the measured
-range -- the scorer turns each measured gain into the step ratio R (one speculative step in plain
-steps) that reproduces it at the measured acceptance (:meth:`picker.recommend.scoring.Scorer.cost`),
+range -- the cost source turns each measured gain into the step ratio R (one speculative step in plain
+steps) that reproduces it at the measured acceptance (:func:`picker.recommend.costs.cost`),
 so the speedups, the break-even α per batch range and the headline all follow the one number -- and
 outside it the load curve is used, labelled as the model (never extrapolated).
 
@@ -54,7 +54,7 @@ class MeasuredStepCost(StepCost):
 @dataclass(frozen=True)
 class AnchoredStepCost(StepCost):
     """A step cost whose ratio comes from per-step costs measured at one concurrency (``measured_at``),
-    carried to another batch by the load curve (``policies.features.step_ratio``), averaged over the
+    carried to another batch by the load curve (``policies.step_ratio``), averaged over the
     workload's traffic. Draft and verify seconds are the model's, scaled together to that ratio."""
 
     measured_at: int = 1

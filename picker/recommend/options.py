@@ -6,7 +6,7 @@ profile's engine has an algorithm for it (and verifies trees, for a tree).
 
     >>> from picker.inputs.workload import load_profile
     >>> from picker.engine.plugins import load_strategies
-    >>> from picker.recommend.scoring import cost_context
+    >>> from picker.recommend.costs import cost_context
     >>> profile = load_profile("profiles/creative-writing.yaml")                        # doctest: +SKIP
     >>> opts = options_for(profile, load_strategies(), cost_context(profile).target)     # doctest: +SKIP
     >>> next(o for o in opts if o.plugin.name == "lookahead").notes[0]                   # doctest: +SKIP
@@ -18,7 +18,7 @@ from __future__ import annotations
 from picker.engine.plugins import Capabilities, StrategyPlugin
 from picker.errors import UserError
 from picker.inputs.workload import WorkloadProfile
-from picker.recommend.engine_configs import ENGINE_VERIFIES_TREES
+from picker.recommend.engine_configs import ENGINE_VERIFIES_TREES, version_refusal
 from picker.recommend.table import Option
 from policies import ModelShape, configs_for, eagle_layer_shape, medusa_heads_shape
 
@@ -88,8 +88,12 @@ def engine_support(caps: Capabilities, engine: str, tree: bool) -> str | None:
     """Why ``engine`` cannot run the strategy (as a tree when ``tree``); None when it can."""
     if caps.engines.get(engine) is None:
         return f"{engine} has no algorithm for it"
+    if engine in caps.approximate_engines:
+        return f"{engine} runs only an approximation of it ({caps.engines[engine]}), which its priors do not describe"
     if tree and not ENGINE_VERIFIES_TREES.get(engine, False):
         return f"{engine} verifies chains only"
+    if tree and engine in caps.chain_only_engines:
+        return f"{engine}'s algorithm for it drafts chains only"
     return None
 
 
@@ -100,7 +104,8 @@ def options_for(profile: WorkloadProfile, plugins: dict[str, StrategyPlugin], ta
         caps = plugin.capabilities
         feasible, notes = feasibility(plugin, profile, target)
         for config in configs_for(caps, artifact_heads(caps, profile)):
-            why_not = engine_support(caps, profile.engine.name, config.is_tree)
+            why_not = engine_support(caps, profile.engine.name, config.is_tree) or version_refusal(
+                profile.engine.name, plugin, config.topk, profile.engine.version)
             out.append(Option(plugin, config, feasible, why_not is None,
                               (*notes, why_not) if why_not else tuple(notes)))
     return out

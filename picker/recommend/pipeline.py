@@ -1,138 +1,141 @@
-"""`specpick recommend` in one straight line: options → scored table → decision.
+"""`specpick recommend` in one straight line: inputs → evidence index and cost source → scored
+table → decision → one :class:`~picker.recommend.result.Result` every rendering reads.
 
     >>> from picker.inputs.workload import load_profile
-    >>> rec = recommend(load_profile("profiles/code-assistant-8b-a100.yaml"))   # doctest: +SKIP
-    >>> rec.decision.strategy, rec.predicted_speedup.mean                        # doctest: +SKIP
-    ('eagle3', 2.4)
+    >>> result = recommend(load_profile("profiles/code-assistant-8b-a100.yaml"))          # doctest: +SKIP
+    >>> result.recommendation.decision.strategy, result.recommendation.predicted_speedup.mean  # doctest: +SKIP
+    ('eagle3', 2.544)
 
-:func:`score_workload` is the one scoring stage, shared by ``recommend``, ``--explain``
-(``picker.recommend.explain``) and the regret bench (``bench/regret/policy.py``): it scores every
-option on the workload's buckets, then the grids the decision reads -- the temperature grid of the
-leading option and the batch grid of its family (``table.family``), which is all the decision can
-deploy -- into an immutable :class:`~picker.recommend.table.ScoredTable`. The decision
-(``picker.recommend.decide``) reads the table and nothing else.
+:func:`load_inputs` reads what a command names (profile, measurements with their provenance
+check, the verify curve beside them, a calibration file, a policy artifact and whether its domain
+covers the deployment) once, for ``specpick recommend`` and ``specpick report`` alike;
+:func:`recommend` is the one place a Recommendation is built. The SDK plan and the regret bench
+call it too (the bench with its own options and engine curve).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from types import MappingProxyType
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from picker.engine.plugins import load_strategies
 from picker.inputs.measurements import Measurements
 from picker.inputs.workload import WorkloadProfile
-from picker.recommend.contract import Recommendation
+from picker.recommend.costs import CostSource, choose_costs, step_cost
 from picker.recommend.decide import decide
-from picker.recommend.options import check_named_strategies, options_for
-from picker.recommend.scoring import Scorer
-from picker.recommend.table import (
-    BATCH_GRID,
-    NOT_WORTH_IT,
-    TEMPERATURE_GRID,
-    Alpha,
-    Bucket,
-    Option,
-    Scored,
-    ScoredTable,
-    buckets,
-    family,
-    harmonic,
-    pinned,
-    ranked,
-    typical_batch,
-)
-from policies import Config, StepCost
+from picker.recommend.evidence_index import EvidenceIndex, index_evidence
+from picker.recommend.explain import explain_rows
+from picker.recommend.provenance_labels import with_provenance
+from picker.recommend.result import Result
+from picker.recommend.schedule import Deployment
+from picker.recommend.scoring import score
+from picker.recommend.series import alpha_points, gain_by_batch, gain_by_n, measured_cells
+from picker.recommend.table import CONTROLLER_BATCHES, Option, ScoredTable, cut_to_depth
 
 if TYPE_CHECKING:  # numpy-free at run time: policies.calibration imports numpy
     from policies import Calibration
 
 
-def _workload_row(scorer: Scorer, opt: Option, bs: Sequence[Bucket], batch: int) -> Scored:
-    """``opt``'s workload speedup (mean, low, high) and feasibility under the p99 ITL SLO."""
-    per = [(b.weight, scorer.bucket_speedup(opt, b)) for b in bs]
-    feasible, notes = opt.feasible, opt.notes
-    slo = scorer.profile.slo.itl_p99_ms
-    if slo is not None:
-        # A step that accepts nothing emits one token: its whole time is one inter-token gap.
-        costs = [scorer.cost(opt, b.batch, b.temperature > 0) for b in bs]
-        step_ms = 1e3 * max(c.draft_seconds + c.verify_seconds for c in costs)
-        if step_ms > slo and feasible:
-            feasible = False
-            notes = (*notes, f"a rejected step takes {step_ms:.0f} ms > p99 ITL SLO {slo:g} ms")
-    return Scored(opt, harmonic([(w, s[0]) for w, s in per]), harmonic([(w, s[1]) for w, s in per]),
-                  harmonic([(w, s[2]) for w, s in per]), feasible, notes, scorer.step_cost(opt, batch),
-                  MappingProxyType({}))
+@dataclass(frozen=True)
+class Inputs:
+    """What a command hands :func:`recommend`, read and checked once (:func:`load_inputs`)."""
+
+    profile: WorkloadProfile
+    path: str
+    measurements: Measurements | None = None
+    verify_curve: tuple[tuple[float, float], ...] | None = None
+    calibration: Calibration | None = None
+    policy: Any = None  # a fitted estimator whose domain covers the deployment, else None
+    measured_costs: bool | None = None  # as the policy's training rows were built, where one applies
+    notes: tuple[str, ...] = ()
 
 
-def _grids(scorer: Scorer, rows: list[Scored], bs: Sequence[Bucket]) -> dict[tuple[str, Config], dict[int, StepCost]]:
-    """Score what the decision may read beyond the workload's buckets: the leader's temperature grid
-    (its switch) and its family's batch grid (the schedule, its break-even α per batch, and a shorter
-    deployed length). Returns the family's step costs on the batch grid."""
-    leaders = ranked(rows)
-    if not leaders or leaders[0].mean < NOT_WORTH_IT:
-        return {}  # speculation stays off: the decision reads the workload's buckets only
-    lead = leaders[0]
-    by_temperature = [b for t in TEMPERATURE_GRID if scorer.has_evidence(lead.plugin, pinned(bs, temperature=t))
-                      for b in pinned(bs, temperature=t)]
-    scorer.prime([lead.option], by_temperature)
-    for b in by_temperature:
-        scorer.bucket_speedup(lead.option, b)
-    members = [r.option for r in family(rows, lead)]
-    # Batch x temperature where the leader has evidence: each batch range's own temperature switch.
-    temps = sorted({b.temperature for b in by_temperature})
-    by_batch = [b for batch in BATCH_GRID for t in temps for b in pinned(pinned(bs, batch=batch), temperature=t)]
-    by_batch += [b for batch in BATCH_GRID for b in pinned(bs, batch=batch)]
-    scorer.prime(members, by_batch)
-    for o in members:
-        for b in by_batch:
-            scorer.bucket_speedup(o, b)
-    return {(o.plugin.name, o.config): {batch: scorer.step_cost(o, batch) for batch in BATCH_GRID} for o in members}
+def load_inputs(profile: Path, measurements: Path | None = None, *, policy: Path | None = None,
+                calibration: Path | None = None, allow_other_model: bool = False) -> Inputs:
+    """Read the profile, the measurements (refusing another model's unless allowed, picker.inputs.
+    provenance) and the verify curve beside them, the calibration for the profile's engine and
+    hardware, and the policy artifact (applied only inside its training domain)."""
+    from picker.inputs.measurements import load_measurements
+    from picker.inputs.verify_curve import verify_curve_beside
+    from picker.inputs.workload import load_profile
 
+    prof = load_profile(profile)
+    meas = load_measurements(measurements) if measurements is not None else None
+    if meas is not None:
+        from picker.inputs.provenance import check_measurements
 
-def score_workload(scorer: Scorer, options: Sequence[Option] | None = None, *, path: str = "") -> ScoredTable:
-    """Score ``options`` (default: every registered strategy's, ``options.options_for``) on the
-    scorer's profile. Strategies with neither measurements nor a published prior are left out
-    (the decision warns about them): there is nothing to score them with."""
-    profile = scorer.profile
-    plugins = load_strategies()
-    check_named_strategies(profile, plugins, path)
-    bs = buckets(profile)
-    if options is None:
-        options = options_for(profile, plugins, scorer.ctx.target)
-    scorable = {name: scorer.has_evidence(p, bs) for name, p in {o.plugin.name: o.plugin for o in options}.items()}
-    kept = [o for o in options if scorable[o.plugin.name]]
-    batch = typical_batch(bs)
-    scorer.prime(kept, bs)
-    rows = [_workload_row(scorer, o, bs, batch) for o in kept]
-    costs = _grids(scorer, rows, bs)
-    # Frozen copies of the scorer's memo: the table no longer changes when the scorer does.
-    rows = [Scored(r.option, r.mean, r.low, r.high, r.feasible, r.notes, r.cost,
-                   MappingProxyType(scorer.speedups(r.option)), MappingProxyType(costs.get((r.plugin.name, r.config), {})),
-                   tuple(level for level, _ in scorer.measured_ratios(r.option)))
-            for r in rows]
-    strategies = {o.plugin.name: o.plugin for o in kept}
-    alphas: dict[tuple[str, str, float], Alpha] = {
-        (name, b.task, b.temperature): scorer.alpha(p, b.task, b.temperature) for name, p in strategies.items()
-        for b in bs}
-    return ScoredTable(profile, tuple(bs), tuple(rows), batch, MappingProxyType(alphas),
-                       unscored=tuple(sorted(n for n, ok in scorable.items() if not ok)),
-                       cost_notes=tuple(scorer.cost_notes(kept)),
-                       calibration=scorer.calibration.path if scorer.calibration else None)
+        check_measurements(meas, prof, allow_other_model)
+    cal = None
+    if calibration is not None:
+        from policies import calibration_for
+
+        cal = calibration_for(calibration, prof.engine.name, prof.hardware.gpu)
+    est, measured_costs, notes = None, None, []
+    if policy is not None:
+        from policies import load_policy
+
+        art = load_policy(policy)
+        ok, why = art.covers(prof.hardware.gpu, prof.engine.name, prof.model_shape().params)
+        if ok:
+            # Score rows the way the policy's training rows were built (measured or roofline costs).
+            est, measured_costs = art.estimator, art.card.get("measured_costs")
+            notes.append(f"learned correction applied ({policy}; cross-validated median error "
+                         f"{art.card['cross_validated_error']['median_rel_error']:.1%})")
+        else:
+            notes.append(f"learned correction NOT applied: {why}; the analytic model scores every option")
+    curve = verify_curve_beside(measurements)
+    return Inputs(prof, str(profile), meas, tuple(curve) if curve else None, cal, est, measured_costs, tuple(notes))
 
 
 def recommend(profile: WorkloadProfile, measurements: Measurements | None = None, *, path: str = "",
-              policy: Any = None, measured_costs: bool | None = None,
-              verify_curve: Sequence[tuple[float, float]] | None = None,
-              calibration: Calibration | None = None) -> Recommendation:
-    """Build the :class:`~picker.recommend.contract.Recommendation` for ``profile``.
+              policy: Any = None, calibration: Calibration | None = None,
+              verify_curve: Sequence[tuple[float, float]] | None = None, measured_costs: bool | None = None,
+              options: Sequence[Option] | None = None, engine: str | None = None,
+              notes: Sequence[str] = ()) -> Result:
+    """The :class:`~picker.recommend.result.Result` for ``profile``: scored, decided, explained.
 
-    ``policy`` is a fitted ``policies.SpeedupEstimator`` (``policies.load_policy``); without one the
-    analytic model scores every option. See :class:`~picker.recommend.scoring.Scorer` for
-    ``measured_costs``, ``verify_curve`` and ``calibration`` (``policies.calibration_for``).
+    ``policy`` is a fitted ``policies.SpeedupEstimator`` (``load_inputs`` checks its domain); without
+    one the analytic model scores every option. ``measured_costs`` overrides whether the
+    measurements' step costs transfer (``picker.inputs.provenance.costs_transfer``);
+    ``verify_curve`` shapes measured verify costs; ``calibration`` replaces load-curve constants
+    (``policies.calibration_for``). ``options`` replaces the profile's own (``options.options_for``)
+    and ``engine`` the load curve's engine: the regret bench scores exactly the configurations a
+    sweep measured, priced on the reference loop's curve.
     """
-    scorer = Scorer(profile, measurements, policy, measured_costs=measured_costs, verify_curve=verify_curve,
-                    calibration=calibration)
-    from picker.recommend.provenance_labels import with_provenance
+    index = index_evidence(profile, measurements, measured_costs=measured_costs, verify_curve=verify_curve)
+    costs = choose_costs(profile, index, measurements, calibration, engine)
+    table = score(profile, index, costs, options, policy=policy, path=path)
+    decided = decide(table, path=path)
+    rec = with_provenance(decided.recommendation, profile, measurements)
+    return Result(
+        recommendation=rec, table=table, deployment=decided.deployment, batch_points=decided.points,
+        explain=explain_rows(table, index, costs), gain_n=gain_by_n(table, decided.deployment),
+        gain_batch=gain_by_batch(decided.deployment, decided.points), alpha=alpha_points(table, index, costs),
+        measured=measured_cells(measurements, {b.task for b in table.buckets}),
+        step_ratios=_controller_costs(table, index, costs, decided.deployment),
+        notes=(*notes, *table.cost_notes))
 
-    return with_provenance(decide(score_workload(scorer, path=path), path=path), profile, measurements)
+
+def recommend_inputs(inputs: Inputs) -> Result:
+    """:func:`recommend` on what :func:`load_inputs` read."""
+    return recommend(inputs.profile, inputs.measurements, path=inputs.path, policy=inputs.policy,
+                     calibration=inputs.calibration, verify_curve=inputs.verify_curve,
+                     measured_costs=inputs.measured_costs, notes=inputs.notes)
+
+
+def _controller_costs(table: ScoredTable, index: EvidenceIndex, costs: CostSource,
+                      deployed: Deployment | None) -> tuple[tuple[float, ...], ...]:
+    """R(n, batch) for the SDK Controller: the step cost, in plain forwards, of the deployed shape cut
+    to each n = 1..N (as the Controller drafts it) at each of ``CONTROLLER_BATCHES``, from the same
+    cost source as the plan -- the measured gain against concurrency inside its measured levels,
+    the measured per-step costs carried by the load curve, else the load curve."""
+    if deployed is None:
+        return ()
+    chosen = deployed.chosen
+    n_max = max(chosen.config.depth, *(r.num_speculative_tokens for r in deployed.ranges))
+    out = []
+    for n in range(1, n_max + 1):
+        option = Option(chosen.plugin, cut_to_depth(chosen.config, n), True, True)
+        out.append(tuple(step_cost(index, costs, option, table.buckets, b).step_ratio for b in CONTROLLER_BATCHES))
+    return tuple(out)

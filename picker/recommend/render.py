@@ -1,14 +1,22 @@
-"""Render a Recommendation as markdown (a tuning guide), JSON or YAML.
+"""Render a Recommendation as markdown (a tuning guide), JSON or YAML; with ``--explain`` (or a
+policy, or a plot) the result's explanation and notes after it.
 
     >>> render(rec, "json")   # doctest: +SKIP
+
+Numbers are written through ``picker.recommend.figures`` (one rounding rule, one set of schedule
+columns), as the report page writes them.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from picker.recommend.contract import Recommendation
+from picker.recommend.explain import markdown as explain_markdown
+from picker.recommend.figures import SCHEDULE_COLUMNS, fraction, headline, schedule_rows, times
+from picker.recommend.result import Result
 
 FORMATS = ("md", "json", "yaml")
 
@@ -20,6 +28,21 @@ def render(rec: Recommendation, fmt: str) -> str:
     return render_data(rec.model_dump(mode="json"), fmt)
 
 
+def render_result(result: Result, fmt: str, *, explain: bool = False, section: bool = False,
+                  notes: Sequence[str] = ()) -> str:
+    """What ``specpick recommend`` prints: the plan, and where ``section`` (``--explain``, ``--policy``
+    or ``--plot`` given) the explanation -- its per-task rows when ``explain`` -- with the result's
+    notes and ``notes`` (what the command itself did, e.g. the plot it wrote)."""
+    rows = result.explain if explain else ()
+    said = [*result.notes, *notes]
+    if fmt == "md":
+        return render(result.recommendation, "md") + (explain_markdown(rows, said) if section else "")
+    data = result.recommendation.model_dump(mode="json")
+    if section:
+        data["explain"] = {"notes": said, "per_task": list(rows)}
+    return render_data(data, fmt)
+
+
 def render_data(data: dict[str, Any], fmt: str) -> str:
     """The one JSON/YAML writer of recommendation output (plain, or with ``explain`` added)."""
     if fmt == "json":
@@ -29,10 +52,6 @@ def render_data(data: dict[str, Any], fmt: str) -> str:
 
         return yaml.safe_dump(data, sort_keys=False, width=100)
     raise ValueError(f"format must be one of {', '.join(FORMATS)}; got {fmt!r}")
-
-
-def _x(s: float) -> str:
-    return f"{s:.2f}x"
 
 
 def _engine_block(name: str, cfg: dict[str, Any]) -> list[str]:
@@ -63,49 +82,40 @@ def _on(model: str | None) -> str:
 
 def markdown(rec: Recommendation) -> str:
     d = rec.decision
-    ps = rec.predicted_speedup
     out = [f"# Speculative decoding plan: {rec.profile}", ""]
     if d.strategy == "none":
         out += ["## Decision: leave speculative decoding off", "", *[f"- {r}" for r in rec.rationale], ""]
     else:
         shape = (f"tree depth {d.tree.depth}, top-k {d.tree.topk}, {d.tree.num_draft_tokens} draft tokens"
                  if d.tree else f"{d.num_speculative_tokens} draft tokens per step")
+        h = headline(rec)
         out += [
             f"## Decision: enable `{d.strategy}` ({shape}) on {rec.engine}", "",
-            f"Expected speedup over plain decoding: **{_x(ps.mean)}** (range {_x(ps.low)}–{_x(ps.high)}; "
+            f"Expected speedup over plain decoding: **{h.speedup}** (range {h.low}–{h.high}; "
             f"the deployed policy averaged over the profile's task mix, concurrency ranges and temperatures, "
             f"token-weighted, with its batch schedule and temperature switch), "
-            f"evidence: {rec.evidence.source}{_on(rec.evidence.measured_on)}. Break-even: **α ≥ {rec.break_even_alpha:.2f}** per token, i.e. "
-            f"**≥ {rec.break_even_accept_length:.2f} tokens per verify step** (bonus included).", "",
+            f"evidence: {rec.evidence.source}{_on(rec.evidence.measured_on)}. Break-even at the typical batch of "
+            f"{h.typical_batch}: **α ≥ {h.break_even_alpha}** per token, i.e. "
+            f"**≥ {h.accept_length} tokens per verify step** (bonus included).", "",
             "### Why", *[f"- {r}" for r in rec.rationale], "",
         ]
         out += ["### When not to speculate", ""]
         sw = d.temperature_switch
         out.append(f"- Temperature: {'turn it off above T = ' + format(sw.above, 'g') if sw.above is not None else 'no switch needed'} ({sw.reason}).")
-        out += ["", f"| batch size | draft tokens | predicted speedup at that batch (task mix, temperatures){_on(rec.evidence.measured_on)} "
-                    "| break-even α | step cost |", "|---|---|---|---|---|"]
-        for r in d.batch_schedule:
-            hi = "∞" if r.max_batch is None else str(r.max_batch)
-            k = "off" if r.num_speculative_tokens == 0 else str(r.num_speculative_tokens)
-            if r.disable_above_temperature is not None:
-                k += f" (off above T = {r.disable_above_temperature:g})"
-            span = _x(r.predicted_speedup) if r.predicted_speedup == r.predicted_speedup_at_max_batch else \
-                f"{_x(r.predicted_speedup)} → {_x(r.predicted_speedup_at_max_batch)}"
-            if r.uncertain and r.predicted_speedup_range is not None:
-                lo_s, hi_s = r.predicted_speedup_range
-                span += f" (uncertain: {_x(lo_s)}–{_x(hi_s)} straddles 1.0x; measure at this batch)"
-            be = "—" if r.break_even_alpha is None else f"{r.break_even_alpha:.2f}"
-            cost = "measured under load" if r.step_cost == "measured" else "model"
-            out.append(f"| {r.min_batch}–{hi} | {k} | {span} | {be} | {cost} |")
+        on = rec.evidence.measured_on
+        heads = [name + (_on(on) if name.startswith("predicted speedup") else "") for name, _ in SCHEDULE_COLUMNS]
+        out += ["", "| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
+        out += ["| " + " | ".join(cells) + " |" for cells in schedule_rows(rec)]
         out.append("")
     if rec.warnings:
         out += ["### Warnings", *[f"- {w}" for w in rec.warnings], ""]
     out += ["## Per task type", "", "| task | share | best strategy | α (range) | evidence | best alone | deployed |",
             "|---|---|---|---|---|---|---|"]
     for t in rec.per_task:
-        rng = f"{t.alpha:.2f} ({t.alpha_range[0]:.2f}–{t.alpha_range[1]:.2f})" if t.alpha_range else "—"
+        rng = f"{fraction(t.alpha)} ({fraction(t.alpha_range[0])}–{fraction(t.alpha_range[1])})" \
+            if t.alpha_range and t.alpha is not None else "—"
         out.append(f"| {t.task} | {t.weight:.0%} | {t.strategy} | {rng} | {t.evidence}{_on(t.measured_on)} | "
-                   f"{_x(t.predicted_speedup.mean)} | {_x(t.deployed_speedup)} |")
+                   f"{times(t.predicted_speedup.mean)} | {times(t.deployed_speedup)} |")
     out += ["", "## Alternatives", "", "Each configuration at full depth at every batch, over the whole workload "
             "(no batch schedule, no temperature switch): the ranking the decision is made on.", "",
             "| strategy | setting | speedup (range) | break-even α | deployable | notes |",
@@ -114,8 +124,8 @@ def markdown(rec: Recommendation) -> str:
         setting = (f"depth {c.tree.depth}, top-k {c.tree.topk}, {c.tree.num_draft_tokens} tokens" if c.tree
                    else f"N={c.num_speculative_tokens}")
         ok = "yes" if c.feasible and c.engine_supported else "no"
-        out.append(f"| {c.strategy} | {setting} | {_x(c.predicted_speedup.mean)} "
-                   f"({_x(c.predicted_speedup.low)}–{_x(c.predicted_speedup.high)}) | {c.break_even_alpha:.2f} | "
+        out.append(f"| {c.strategy} | {setting} | {times(c.predicted_speedup.mean)} "
+                   f"({times(c.predicted_speedup.low)}–{times(c.predicted_speedup.high)}) | {fraction(c.break_even_alpha)} | "
                    f"{ok} | {'; '.join(c.notes)} |")
     if rec.engine_configs:
         out += ["", "## Engine configs (ready to paste)", ""]

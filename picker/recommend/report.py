@@ -1,13 +1,15 @@
 """``specpick report``: one self-contained HTML page a team attaches to a rollout ticket.
 
-Built from the Recommendation's JSON contract plus the series of the same scoring pass
-(``picker.recommend.report_data``): decision and rollout, per-task table, α per task type, gain
-against N and against batch size with the crossover marked, the batch schedule, measured against
-predicted, engine configs with copy buttons, evidence with one citation per source. Styles and
-images are inlined (PNG data URIs); every inserted string is escaped; nothing is fetched.
+Built from the pipeline's :class:`~picker.recommend.result.Result` (the Recommendation and the
+series behind it): decision and rollout, per-task table, α per task type, gain against N and
+against batch size as deployed (the schedule's switch points marked), the batch schedule,
+measured against predicted, engine configs with copy buttons, evidence with one citation per
+source. Numbers are written through ``picker.recommend.figures``, as the markdown plan writes
+them. Styles and images are inlined (PNG data URIs); every inserted string is escaped; nothing is
+fetched.
 
-    >>> page = html_page(ReportData(rec=rec_dict, alpha=[], gain_n=[], gain_batch=[], measured=[]))  # doctest: +SKIP
-    >>> page.startswith("<!DOCTYPE html>")                                                          # doctest: +SKIP
+    >>> page = html_page(recommend(load_profile("profiles/chat-70b-h100.yaml")))   # doctest: +SKIP
+    >>> page.startswith("<!DOCTYPE html>")                                          # doctest: +SKIP
     True
 """
 
@@ -19,7 +21,10 @@ from html import escape
 from typing import Any
 
 from picker.recommend import report_plots as plots
-from picker.recommend.report_data import ReportData
+from picker.recommend.contract import Recommendation
+from picker.recommend.figures import SCHEDULE_COLUMNS, fraction, headline, schedule_rows, times
+from picker.recommend.result import Result
+from picker.recommend.series import crossover
 
 SECTIONS = ("decision", "rollout", "per-task", "alpha", "gain", "schedule", "measured", "alternatives",
             "engine-configs", "evidence")
@@ -68,7 +73,7 @@ def _e(value: Any) -> str:
 
 
 def _x(v: float | None) -> str:
-    return "—" if v is None else f"{v:.2f}x"
+    return "—" if v is None else times(v)
 
 
 def _badge(source: str, on: str | None = None) -> str:
@@ -110,71 +115,61 @@ def config_blocks(name: str, cfg: dict[str, Any]) -> list[tuple[str, str, str]]:
     return out
 
 
-def _decision(rec: dict[str, Any]) -> str:
-    d, ps, ev = rec["decision"], rec["predicted_speedup"], rec["evidence"]
-    if d["strategy"] == "none":
+def _decision(rec: Recommendation) -> str:
+    d, ev = rec.decision, rec.evidence
+    if d.strategy == "none":
         head = "<p class=\"big\">Leave speculative decoding off</p>"
     else:
-        t = d["tree"]
-        shape = (f"tree depth {t['depth']}, top-k {t['topk']}, {t['num_draft_tokens']} draft tokens" if t
-                 else f"{d['num_speculative_tokens']} draft tokens per step")
-        head = (f'<p class="big">Enable <code>{_e(d["strategy"])}</code> ({_e(shape)}) on {_e(rec["engine"])}</p>'
-                f'<p>Predicted speedup <b>{_e(_x(ps["mean"]))}</b> (range {_e(_x(ps["low"]))}–{_e(_x(ps["high"]))}), '
-                f'evidence {_badge(ev["source"], ev.get("measured_on"))}. Break-even α ≥ <b>{rec["break_even_alpha"]:.2f}</b>'
-                f' (≥ {rec["break_even_accept_length"]:.2f} tokens per verify step, bonus included).</p>')
-        sw = d["temperature_switch"]
-        head += (f"<p>Temperature switch: {_e('off above T = ' + format(sw['above'], 'g') if sw['above'] is not None else 'none')}"
-                 f" — {_e(sw['reason'])}.</p>")
-    why = "".join(f"<li>{_e(r)}</li>" for r in rec["rationale"])
-    warns = "".join(f'<div class="warn">{_e(w)}</div>' for w in rec.get("warnings", []))
+        t, h = d.tree, headline(rec)
+        shape = (f"tree depth {t.depth}, top-k {t.topk}, {t.num_draft_tokens} draft tokens" if t
+                 else f"{d.num_speculative_tokens} draft tokens per step")
+        head = (f'<p class="big">Enable <code>{_e(d.strategy)}</code> ({_e(shape)}) on {_e(rec.engine)}</p>'
+                f'<p>Predicted speedup <b>{_e(h.speedup)}</b> (range {_e(h.low)}–{_e(h.high)}), '
+                f'evidence {_badge(ev.source, ev.measured_on)}. Break-even at the typical batch of {h.typical_batch}: '
+                f'α ≥ <b>{_e(h.break_even_alpha)}</b> (≥ {_e(h.accept_length)} tokens per verify step, '
+                'bonus included).</p>')
+        sw = d.temperature_switch
+        head += (f"<p>Temperature switch: {_e('off above T = ' + format(sw.above, 'g') if sw.above is not None else 'none')}"
+                 f" — {_e(sw.reason)}.</p>")
+    why = "".join(f"<li>{_e(r)}</li>" for r in rec.rationale)
+    warns = "".join(f'<div class="warn">{_e(w)}</div>' for w in rec.warnings)
     return f"{head}<ul>{why}</ul>{warns}"
 
 
-def _rollout(rec: dict[str, Any]) -> str:
-    items = "".join(f"<li><b>{_e(s['name'])}</b> — {_e(s['action'])}<br><span class=\"muted\">Gate: {_e(s['gate'])}</span></li>"
-                    for s in rec["rollout"])
+def _rollout(rec: Recommendation) -> str:
+    items = "".join(f"<li><b>{_e(s.name)}</b> — {_e(s.action)}<br><span class=\"muted\">Gate: {_e(s.gate)}</span></li>"
+                    for s in rec.rollout)
     return f"<ol>{items}</ol>"
 
 
-def _per_task(rec: dict[str, Any]) -> str:
+def _per_task(rec: Recommendation) -> str:
     rows = []
-    for t in rec["per_task"]:
-        rng = t.get("alpha_range")
-        alpha = "—" if t["alpha"] is None else (f"{t['alpha']:.2f}" + (f" ({rng[0]:.2f}–{rng[1]:.2f})" if rng else ""))
-        rows.append([_e(t["task"]), f"{t['weight']:.0%}", _e(t["strategy"]), _e(alpha),
-                     _badge(t["evidence"], t.get("measured_on")), _e(_x(t["predicted_speedup"]["mean"])),
-                     _e(_x(t["deployed_speedup"]))])
+    for t in rec.per_task:
+        rng = t.alpha_range
+        alpha = "—" if t.alpha is None else fraction(t.alpha) + (
+            f" ({fraction(rng[0])}–{fraction(rng[1])})" if rng else "")
+        rows.append([_e(t.task), f"{t.weight:.0%}", _e(t.strategy), _e(alpha), _badge(t.evidence, t.measured_on),
+                     _e(_x(t.predicted_speedup.mean)), _e(_x(t.deployed_speedup))])
     return _table(["task", "share", "best strategy", "α (range)", "evidence", "best alone", "deployed"], rows,
                   {1, 5, 6})
 
 
-def _schedule(rec: dict[str, Any]) -> str:
-    rows = []
-    for r in rec["decision"]["batch_schedule"]:
-        hi = "∞" if r["max_batch"] is None else str(r["max_batch"])
-        k = "off" if r["num_speculative_tokens"] == 0 else str(r["num_speculative_tokens"])
-        if r.get("disable_above_temperature") is not None:
-            k += f" (off above T = {r['disable_above_temperature']:g})"
-        if r.get("uncertain"):
-            k += " (uncertain: the range straddles 1.0x)"
-        cost = "measured under load" if r.get("step_cost") == "measured" else "model"
-        rows.append([_e(f"{r['min_batch']}–{hi}"), _e(k), _e(_x(r["predicted_speedup"])),
-                     _e(_x(r["predicted_speedup_at_max_batch"])), _e(cost)])
-    on = rec["evidence"].get("measured_on")
+def _schedule(rec: Recommendation) -> str:
+    on = rec.evidence.measured_on
     note = f'<p class="muted">Speedups measured on {_e(on)}.</p>' if on else ""
-    return note + _table(["batch size", "draft tokens", "speedup at min batch", "at max batch", "step cost"], rows,
-                         {2, 3})
+    rows = [[_e(c) for c in cells] for cells in schedule_rows(rec)]
+    return note + _table([name for name, _ in SCHEDULE_COLUMNS], rows, {2, 3})
 
 
-def _alternatives(rec: dict[str, Any]) -> str:
+def _alternatives(rec: Recommendation) -> str:
     rows = []
-    for c in rec["alternatives"]:
-        t = c["tree"]
-        setting = f"depth {t['depth']}, top-k {t['topk']}, {t['num_draft_tokens']} tokens" if t else f"N={c['num_speculative_tokens']}"
-        p = c["predicted_speedup"]
-        rows.append([_e(c["strategy"]), _e(setting), _e(f"{_x(p['mean'])} ({_x(p['low'])}–{_x(p['high'])})"),
-                     f"{c['break_even_alpha']:.2f}", "yes" if c["feasible"] and c["engine_supported"] else "no",
-                     _e("; ".join(c["notes"]))])
+    for c in rec.alternatives:
+        t = c.tree
+        setting = f"depth {t.depth}, top-k {t.topk}, {t.num_draft_tokens} tokens" if t else f"N={c.num_speculative_tokens}"
+        p = c.predicted_speedup
+        rows.append([_e(c.strategy), _e(setting), _e(f"{_x(p.mean)} ({_x(p.low)}–{_x(p.high)})"),
+                     _e(fraction(c.break_even_alpha)), "yes" if c.feasible and c.engine_supported else "no",
+                     _e("; ".join(c.notes))])
     return _table(["strategy", "setting", "speedup (range)", "break-even α", "deployable", "notes"], rows, {3})
 
 
@@ -197,59 +192,92 @@ def _engines(configs: dict[str, Any]) -> str:
     return "".join(parts)
 
 
-def _measured(data: ReportData, uri: str | None) -> str:
-    if not data.measured:
+def _measured(result: Result, uri: str | None) -> str:
+    if not result.measured:
         return "<p class=\"muted\">No measurements given (specpick report --measurements summary.json).</p>"
     rows = [[_e(c.task), _e(c.strategy), f"{c.temperature:g}", str(c.num_draft_tokens),
-             f"{c.alpha:.2f} ({c.alpha_ci[0]:.2f}–{c.alpha_ci[1]:.2f})",
-             f"{c.prior_alpha:.2f} ({c.prior_range[0]:.2f}–{c.prior_range[1]:.2f})",
-             "—" if c.tau is None else f"{c.tau:.2f}", "—" if c.predicted_tau is None else f"{c.predicted_tau:.2f}"]
-            for c in data.measured]
-    on = data.rec["evidence"].get("measured_on")
+             f"{fraction(c.alpha)} ({fraction(c.alpha_ci[0])}–{fraction(c.alpha_ci[1])})",
+             f"{fraction(c.prior_alpha)} ({fraction(c.prior_range[0])}–{fraction(c.prior_range[1])})",
+             "—" if c.tau is None else fraction(c.tau), "—" if c.predicted_tau is None else fraction(c.predicted_tau)]
+            for c in result.measured]
+    on = result.recommendation.evidence.measured_on
     note = f'<p class="muted">Measured on {_e(on)}, not on the deployed model.</p>' if on else ""
     return (note + _img(uri, "plot-measured", "measured against predicted")
             + _table(["task", "strategy", "T", "N", "measured α (95% CI)", "prior α (range)", "measured τ",
                       "predicted τ"], rows, {2, 3, 6, 7}))
 
 
-def _evidence(rec: dict[str, Any]) -> str:
-    ev = rec["evidence"]
-    notes = "".join(f"<li>{_e(n)}</li>" for n in ev["notes"])
-    cites = "".join(f"<li>{_e(c)}</li>" for c in ev["citations"])
-    prov = f" Provenance: {_badge(ev['provenance'])}." if ev.get("provenance") else ""
-    return f"<p>Source: {_badge(ev['source'], ev.get('measured_on'))}.{prov}</p><ul>{notes}</ul><h3>Citations</h3><ol>{cites}</ol>"
+def _evidence(rec: Recommendation) -> str:
+    ev = rec.evidence
+    notes = "".join(f"<li>{_e(n)}</li>" for n in ev.notes)
+    cites = "".join(f"<li>{_e(c)}</li>" for c in ev.citations)
+    prov = f" Provenance: {_badge(ev.provenance)}." if ev.provenance else ""
+    return (f"<p>Source: {_badge(ev.source, ev.measured_on)}.{prov} Step costs: {_e(ev.cost_source)}.</p>"
+            f"<ul>{notes}</ul><h3>Citations</h3><ol>{cites}</ol>")
 
 
-def html_page(data: ReportData, title: str | None = None) -> str:
+def _switches(rec: Recommendation) -> list[tuple[int, str]]:
+    """Where a schedule row starts, what changes there: the draft length, off, or the speedup falling
+    below 1x at the same length (an engine that cannot switch by batch), or the step cost's source."""
+    out = []
+    rows = rec.decision.batch_schedule
+    for prev, r in zip(rows, rows[1:]):
+        k = r.num_speculative_tokens
+        if k != prev.num_speculative_tokens:
+            what = "off" if k == 0 else f"N={k}"
+        elif (r.predicted_speedup < 1.0) != (prev.predicted_speedup < 1.0):
+            what = "below 1x" if r.predicted_speedup < 1.0 else "above 1x"
+        else:
+            what = "measured cost" if r.step_cost == "measured" else "modelled cost"
+        out.append((r.min_batch, what))
+    return out
+
+
+def _gain_words(result: Result) -> list[str]:
+    """Under the plots: where the deployed strategy's gain against N crosses 1, and the schedule in
+    words -- the same cells as the schedule table, so the plot's switch points and the rows agree."""
+    out = []
+    if result.gain_n and result.deployment is not None:
+        s = result.gain_n[0]
+        x = crossover(s.x, s.mean)
+        where = f"crosses 1x at N = {x:.3g}" if x is not None else \
+            f"{'above' if s.mean[0] >= 1.0 else 'below'} 1x at every N drawn"
+        out.append(f"{s.label}: {where}; deployed N = {result.recommendation.decision.num_speculative_tokens}")
+    if result.gain_batch:
+        out += [f"batch {cells[0]}: {cells[1]} draft tokens, {cells[2]}" for cells in schedule_rows(result.recommendation)]
+    return out
+
+
+def html_page(result: Result, title: str | None = None) -> str:
     """The whole page as one string (UTF-8 HTML5, no external references)."""
-    rec = data.rec
-    alpha_uri = plots.alpha_by_task(data.alpha)
-    n_uri, n_words = plots.gain_vs_n(data.gain_n)
-    b_uri, b_words = plots.gain_vs_batch(data.gain_batch)
-    m_uri = plots.measured_vs_predicted(data.measured)
-    cross = "".join(f"<li>{_e(w)}</li>" for w in [*n_words, *b_words])
-    on = rec["evidence"].get("measured_on")
+    rec = result.recommendation
+    d = rec.decision
+    alpha_uri = plots.alpha_by_task(list(result.alpha))
+    n_uri = plots.gain_vs_n(list(result.gain_n), d.num_speculative_tokens if result.deployment else None)
+    b_uri = plots.gain_vs_batch(list(result.gain_batch), _switches(rec))
+    m_uri = plots.measured_vs_predicted(list(result.measured))
+    cross = "".join(f"<li>{_e(w)}</li>" for w in _gain_words(result))
+    on = rec.evidence.measured_on
     label = f'<p class="muted">Resting partly on measurements of {_e(on)}, not of the deployed model.</p>' if on else ""
-    notes = "".join(f"<li>{_e(n)}</li>" for n in data.notes)
+    notes = "".join(f"<li>{_e(n)}</li>" for n in result.notes)
     body = {
         "decision": ("Decision", _decision(rec)),
         "rollout": ("Rollout", _rollout(rec)),
         "per-task": ("Per task type", _per_task(rec)),
         "alpha": ("α per task type", label + _img(alpha_uri, "plot-alpha", "alpha per task type with intervals")),
         "gain": ("Predicted gain", label + _img(n_uri, "plot-gain-n", "predicted speedup against N")
-                 + _img(b_uri, "plot-gain-batch", "predicted speedup against batch size")
+                 + _img(b_uri, "plot-gain-batch", "predicted speedup against batch size, as deployed")
                  + (f"<ul class=\"muted\">{cross}</ul>" if cross else "")),
         "schedule": ("Batch schedule", _schedule(rec)),
-        "measured": ("Measured against predicted", _measured(data, m_uri)),
+        "measured": ("Measured against predicted", _measured(result, m_uri)),
         "alternatives": ("Alternatives", _alternatives(rec)),
-        "engine-configs": ("Engine configs", _engines(rec["engine_configs"] if data.engine_configs is None
-                                                      else data.engine_configs)),
+        "engine-configs": ("Engine configs", _engines(rec.engine_configs)),
         "evidence": ("Evidence", _evidence(rec) + (f"<ul class=\"muted\">{notes}</ul>" if notes else "")),
     }
     sections = "".join(f'<section id="{sid}"><h2>{_e(body[sid][0])}</h2>{body[sid][1]}</section>' for sid in SECTIONS)
-    name = title or f"Speculative decoding plan: {rec['profile']}"
+    name = title or f"Speculative decoding plan: {rec.profile}"
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             f"<title>{_e(name)}</title><style>{CSS}</style></head><body><main>"
-            f"<h1>{_e(name)}</h1><p class=\"muted\">engine {_e(rec['engine'])} · generated by specpick report</p>"
+            f"<h1>{_e(name)}</h1><p class=\"muted\">engine {_e(rec.engine)} · generated by specpick report</p>"
             f"{sections}</main><script>{JS}</script></body></html>\n")

@@ -1,9 +1,14 @@
 """The report's plots as PNG data URIs (matplotlib, Agg): nothing is fetched when the page opens.
 
-    >>> from picker.recommend.report_data import Series
-    >>> uri = gain_vs_batch([Series("x", (1, 2, 4), (1.5, 1.1, 0.9), (1.4, 1.0, 0.8), (1.6, 1.2, 1.0))])
+    >>> from picker.recommend.series import Series
+    >>> uri = gain_vs_batch([Series("x", (1, 2, 4), (1.5, 1.1, 0.9), (1.4, 1.0, 0.8), (1.6, 1.2, 1.0))], [(3, "off")])
     >>> uri.startswith("data:image/png;base64,")          # doctest: +SKIP
     True
+
+The gain plots draw the result's series and nothing else: against batch size the deployment as
+the schedule runs it, its switch points marked where the schedule's rows start; against N the
+deployed strategy's shape first (its crossing of 1x, if any, and the deployed N marked in its own
+colour), the other strategies' chains for comparison, unmarked.
 
 Each function returns None when it has nothing to draw, and :func:`available` says whether
 matplotlib is installed (the ``plot`` extra); the page says so instead of showing a broken image.
@@ -15,7 +20,7 @@ import base64
 import io
 from typing import Any
 
-from picker.recommend.report_data import AlphaPoint, MeasuredCell, Series, crossover
+from picker.recommend.series import AlphaPoint, MeasuredCell, Series, crossover
 
 DPI = 100
 
@@ -47,47 +52,54 @@ def _uri(fig: Any) -> str:
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-def _mark_crossover(ax: Any, series: Series, log_x: bool) -> str:
-    """Draw the gain = 1 line and the first crossing; return the crossing in words."""
+def _curves(ax: Any, series: list[Series]) -> None:
+    """Each curve with its range, the deployed one (first) bold, and the 1x line."""
     ax.axhline(1.0, color="#888", lw=0.9, ls="--")
-    x = crossover(series.x, series.mean, log_x)
-    if x is None:
-        above = series.mean[0] >= 1.0
-        return f"{series.label}: {'above' if above else 'below'} 1x over the whole range"
-    ax.axvline(x, color="#c0392b", lw=1.0)
-    ax.annotate(f"gain = 1 at {x:.3g}", (x, 1.0), textcoords="offset points", xytext=(5, 8), color="#c0392b",
-                fontsize=8)
-    return f"{series.label}: crosses 1x at {x:.3g}"
+    for i, s in enumerate(series):
+        ax.plot(s.x, s.mean, marker="o", label=s.label, color=f"C{i}", lw=2.0 if i == 0 else 1.0,
+                alpha=1.0 if i == 0 else 0.6)
+        ax.fill_between(s.x, s.low, s.high, alpha=0.15 if i == 0 else 0.06, color=f"C{i}")
+    ax.legend(fontsize=7, loc="best")
 
 
-def _gain_plot(series: list[Series], *, log_x: bool, xlabel: str, ylabel: str,
-               title: str) -> tuple[str | None, list[str]]:
-    """Predicted speedup curves with their ranges and crossovers; (PNG data URI, crossings in words)."""
+def gain_vs_n(series: list[Series], deployed_n: int | None = None) -> str | None:
+    """Predicted workload speedup against the draft length N: the deployed strategy's shape (first),
+    its crossing of 1x and the deployed N marked; every other deployable strategy's chains."""
     if not series or not available():
-        return None, []
+        return None
     fig, ax = _figure()
-    words = []
-    for s in series:
-        ax.plot(s.x, s.mean, marker="o", label=s.label)
-        ax.fill_between(s.x, s.low, s.high, alpha=0.15)
-        words.append(_mark_crossover(ax, s, log_x=log_x))
-    if log_x:
-        ax.set_xscale("log", base=2)
-    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
-    ax.legend(fontsize=8)
-    return _uri(fig), words
+    _curves(ax, series)
+    first = series[0]
+    x = crossover(first.x, first.mean)
+    if x is not None and deployed_n is not None:
+        ax.axvline(x, color="C0", lw=1.0, ls=":")
+        ax.annotate(f"gain = 1 at N = {x:.3g}", (x, 1.0), textcoords="offset points", xytext=(5, 8), color="C0",
+                    fontsize=8)
+    if deployed_n is not None and float(deployed_n) in first.x:
+        y = first.mean[first.x.index(float(deployed_n))]
+        ax.plot([deployed_n], [y], marker="*", ms=14, color="C0", zorder=5)
+        ax.annotate(f"deployed N = {deployed_n}", (deployed_n, y), textcoords="offset points", xytext=(6, -12),
+                    color="C0", fontsize=8)
+    ax.set(xlabel="N (draft tokens per step)", ylabel="predicted speedup (workload)", title="gain against N")
+    return _uri(fig)
 
 
-def gain_vs_n(series: list[Series]) -> tuple[str | None, list[str]]:
-    """Predicted workload speedup against the draft length N, each deployable strategy's chain."""
-    return _gain_plot(series, log_x=False, xlabel="N (draft tokens per step)",
-                      ylabel="predicted speedup (workload)", title="gain against N")
-
-
-def gain_vs_batch(series: list[Series]) -> tuple[str | None, list[str]]:
-    """Predicted speedup of the deployed configuration against batch size, the crossover marked."""
-    return _gain_plot(series, log_x=True, xlabel="batch size (concurrent sequences)",
-                      ylabel="predicted speedup", title="gain against batch size")
+def gain_vs_batch(series: list[Series], switches: list[tuple[int, str]]) -> str | None:
+    """Predicted speedup of the deployment against batch size (the schedule applied); ``switches``:
+    (first batch of a schedule row, what it runs) marked where the rows change."""
+    if not series or not available():
+        return None
+    fig, ax = _figure()
+    _curves(ax, series)
+    top = max(max(s.high) for s in series)
+    for batch, what in switches:
+        ax.axvline(batch, color="#555", lw=0.9, ls=":")
+        ax.annotate(f"{what} from {batch}", (batch, top), textcoords="offset points", xytext=(-2, -4), color="#555",
+                    fontsize=7, va="top", ha="right", rotation=90)
+    ax.set_xscale("log", base=2)
+    ax.set(xlabel="batch size (concurrent sequences)", ylabel="predicted speedup, as deployed",
+           title="gain against batch size (the batch schedule applied)")
+    return _uri(fig)
 
 
 def alpha_by_task(points: list[AlphaPoint]) -> str | None:

@@ -1,8 +1,8 @@
 """The scored table: what scoring hands to the decision, and the vocabulary both stages share.
 
-Scoring (``picker.recommend.scoring``) builds one immutable :class:`ScoredTable`; the decision
-(``picker.recommend.decide``) and the explanation only read it. Nothing is written back onto an
-:class:`Option`, and nothing in the table calls a scorer.
+Scoring (``picker.recommend.scoring.score``) builds one immutable :class:`ScoredTable`; the
+decision (``picker.recommend.decide``), the explanation and every rendering only read it. Nothing
+is written back onto an :class:`Option`, and nothing in the table scores anything.
 
     >>> harmonic([(0.5, 2.0), (0.5, 1.0)])     # half the tokens twice as fast, half unchanged
     1.3333333333333333
@@ -23,14 +23,19 @@ from typing import TYPE_CHECKING
 
 from picker.engine.plugins import Capabilities, StrategyPlugin
 
+from policies import Config, chain
+
 if TYPE_CHECKING:
     from picker.inputs.workload import WorkloadProfile
-    from policies import Config, StepCost
+    from policies import StepCost
 
 NOT_WORTH_IT = 1.02  # below this predicted workload speedup, recommend leaving speculation off
 # The one batch grid: the batch schedule's points, and the x axis of the explain plot.
 BATCH_GRID = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 TEMPERATURE_GRID = tuple(round(0.1 * i, 1) for i in range(21))
+# The batches the SDK Controller's step-cost table is priced at: the grid, and one cell above it
+# (``picker.sdk.plan``: cell i covers (2^(i-1), 2^i], the last one everything above 512).
+CONTROLLER_BATCHES = (*BATCH_GRID, 2 * BATCH_GRID[-1])
 
 Speedups = tuple[float, float, float]  # (mean, low, high)
 BucketKey = tuple[str, int, float]     # (task, batch, temperature)
@@ -92,12 +97,15 @@ class Scored:
     notes: tuple[str, ...]
     cost: StepCost
     speedups: Mapping[BucketKey, Speedups]
-    # Step costs on the batch grid, where the table was asked for them (the leader's family): the
+    # Step costs on the batch grid and at the workload's batches, for the leader's family: the
     # schedule's break-even α per batch range reads them.
     costs_by_batch: Mapping[int, StepCost] = field(default_factory=lambda: MappingProxyType({}))
     # Concurrency levels of the measured gain curve behind this configuration's step cost (inside
     # them the cost is measured, outside it is the load curve's); empty: the load curve everywhere.
     measured_levels: tuple[int, ...] = ()
+    # With a fitted policy: its prediction over the analytic base per scored bucket (the learned
+    # correction the explanation shows); empty without one.
+    corrections: Mapping[BucketKey, float] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def plugin(self) -> StrategyPlugin:
@@ -141,6 +149,7 @@ class ScoredTable:
     # What the step costs rest on beyond the load curve: a calibration file, measured gain curves.
     cost_notes: tuple[str, ...] = ()
     calibration: str | None = None  # the calibration file the load curve's constants came from
+    cost_kind: str = "modelled"  # the cost source: measured, calibrated or modelled (picker.recommend.costs)
 
     def alpha(self, strategy: str, task: str, temperature: float) -> Alpha:
         return self.alphas[(strategy, task, temperature)]
@@ -201,3 +210,11 @@ def family(rows: Sequence[Scored], chosen: Scored) -> list[Scored]:
     TensorRT-LLM's max_draft_len at the smallest schedule key)."""
     return [r for r in rows if r.plugin.name == chosen.plugin.name and r.config.topk == chosen.config.topk
             and r.config.depth <= chosen.config.depth]
+
+
+def cut_to_depth(config: Config, depth: int) -> Config:
+    """The same shape drafted ``depth`` deep: a chain of ``depth``, or the tree with its top-k and its
+    tokens capped by what a tree that deep can hold (SGLang's rule: tokens ≤ depth·topk + 1)."""
+    if not config.is_tree:
+        return chain(depth)
+    return Config(depth, config.topk, min(config.num_draft_tokens, depth * config.topk + 1))

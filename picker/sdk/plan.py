@@ -21,7 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from policies import chain_length, solve_alpha, tree_length
+from picker.recommend.table import CONTROLLER_BATCHES, cut_to_depth
+from policies import Config, chain_length, solve_alpha, tree_length
 
 if TYPE_CHECKING:  # the Recommendation pulls pydantic; the profile path pulls the whole policy
     from picker.inputs.measurements import Measurements
@@ -29,8 +30,9 @@ if TYPE_CHECKING:  # the Recommendation pulls pydantic; the profile path pulls t
     from picker.recommend.contract import Recommendation
     from policies import Calibration
 
-NUM_CELLS = 11  # (0,1], (1,2], (2,4], …, (256,512], (512, ∞)
-CELL_COST_BATCH = tuple(2**i for i in range(NUM_CELLS))  # the batch each cell is costed at (1024 for the open cell)
+# The batch each cell is costed at (1024 for the open cell): the recommendation prices its table there.
+CELL_COST_BATCH = CONTROLLER_BATCHES
+NUM_CELLS = len(CELL_COST_BATCH)  # (0,1], (1,2], (2,4], …, (256,512], (512, ∞)
 DEFAULT_ALPHA = 0.5  # prior mean when the recommendation has no α for the deployed strategy
 
 
@@ -55,8 +57,10 @@ class TreeSpec:
     num_draft_tokens: int
 
     def at_depth(self, depth: int) -> TreeSpec:
-        """The same branching, ``depth`` deep; tokens capped by SGLang's rule (≤ depth·topk + 1)."""
-        return TreeSpec(depth, self.topk, min(self.num_draft_tokens, depth * self.topk + 1))
+        """The same branching, ``depth`` deep; tokens capped by SGLang's rule (≤ depth·topk + 1), as
+        the recommendation prices it (``picker.recommend.table.cut_to_depth``)."""
+        c = cut_to_depth(Config(self.depth, self.topk, self.num_draft_tokens), depth)
+        return TreeSpec(c.depth, c.topk, c.num_draft_tokens)
 
 
 def flat_step_ratio(ratio_at_n: float, n: int, n_max: int | None = None) -> tuple[tuple[float, ...], ...]:
@@ -177,36 +181,15 @@ def plan_from_recommendation(rec: Recommendation | dict[str, Any],
         cost_source=source)
 
 
-def cost_table(profile: WorkloadProfile, strategy: str, n_max: int, tree: TreeSpec | None,
-               measurements: Measurements | None = None, calibration: Calibration | None = None,
-               ) -> tuple[tuple[float, ...], ...]:
-    """R(n, cell) of ``strategy`` on ``profile`` from the scorer's own step costs
-    (``Scorer.step_cost``): the measured gain against concurrency inside its measured levels, else the
-    measured per-step costs carried by the load curve, else the load curve (calibrated where
-    ``calibration`` is given) -- the costs the plan's schedule used."""
-    from picker.engine.plugins import load_strategies
-    from picker.recommend.scoring import Option, Scorer
-    from policies import Config, chain
-
-    plugin = load_strategies()[strategy]
-    scorer = Scorer(profile, measurements, calibration=calibration)
-    rows = []
-    for n in range(1, n_max + 1):
-        t = tree.at_depth(n) if tree is not None else None
-        option = Option(plugin, chain(n) if t is None else Config(t.depth, t.topk, t.num_draft_tokens), True, True)
-        rows.append(tuple(scorer.step_cost(option, b).step_ratio for b in CELL_COST_BATCH))
-    return tuple(rows)
-
-
 def plan_from_profile(profile: WorkloadProfile, measurements: Measurements | None = None,
                       calibration: Calibration | None = None) -> tuple[Recommendation, ControllerPlan]:
-    """Run ``recommend`` and build the plan with the cost model's R(n, batch) table."""
+    """Run ``recommend`` and build the plan with its R(n, batch) table (``Result.step_ratios``: the
+    deployed shape cut to each n, priced by the recommendation's own cost source)."""
     from picker.recommend.pipeline import recommend
 
-    rec = recommend(profile, measurements, calibration=calibration)
+    result = recommend(profile, measurements, calibration=calibration)
+    rec = result.recommendation
     plan = plan_from_recommendation(rec)
     if plan.strategy == "none":
         return rec, plan
-    n_max = len(plan.step_ratio)
-    table = cost_table(profile, plan.strategy, n_max, plan.tree, measurements, calibration)
-    return rec, ControllerPlan(**{**plan.__dict__, "step_ratio": table, "cost_source": "cost_model"})
+    return rec, ControllerPlan(**{**plan.__dict__, "step_ratio": result.step_ratios, "cost_source": "cost_model"})

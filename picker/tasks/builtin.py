@@ -11,7 +11,10 @@
 - ``structured``: a sentence describing a record, to extract as JSON with given keys;
 - ``math``: arithmetic problems to solve step by step;
 - ``summarization`` / ``rag``: source text (help topics) the answer can copy from;
-- ``creative``: story openings, meant for high temperature.
+- ``creative``: story openings, meant for high temperature;
+- ``agentic``: an agent's loop -- multi-turn transcripts of JSON tool calls whose results come
+  back as the next turn, and code edits that restate a whole file -- where outputs repeat earlier
+  outputs, across requests as well as within one (suffix decoding's home ground).
 
 Each builder takes ``(limit, seed)`` and returns at most ``limit`` prompts (fewer only where the
 source runs out: help topics give a few hundred paragraphs). The order is fixed by the seed,
@@ -187,7 +190,52 @@ def creative(limit: int, seed: int) -> list[Prompt]:
     return _pick("creative", items, limit, seed)
 
 
+_TOOLS = ("read_file", "search", "run_tests", "edit_file", "list_dir")
+_MODULES = ("orders", "billing", "users", "events", "reports", "cart", "invoices", "shipping")
+_FUNCS = ("parse_date", "total_price", "load_config", "send_email", "apply_discount", "format_name",
+          "validate_sku", "round_amount")
+_FAILS = ("AssertionError: expected 42, got 41", "KeyError: 'unit_price'", "TypeError: 'NoneType' object",
+          "ValueError: invalid literal for int()", "ZeroDivisionError: division by zero")
+
+
+def _call(tool: str, **args: object) -> str:
+    return json.dumps({"tool": tool, "args": args})
+
+
+def _tool_loop(rng: random.Random, i: int) -> Prompt:
+    """Three turns of one agent fixing a failing test: each turn's result is the next user turn."""
+    module, func = rng.choice(_MODULES), rng.choice(_FUNCS)
+    path, test = f"src/{module}.py", f"tests/test_{module}.py"
+    history = "\n".join([_call("list_dir", path="src"), _call("read_file", path=path),
+                         _call("run_tests", path=test)])
+    turns = (
+        f"You are a coding agent. Reply with exactly one JSON tool call per turn, one of: {', '.join(_TOOLS)}.\n"
+        f"Task: make {test} pass; the bug is in {func} in {path}.\nCalls so far:\n{history}\n"
+        f"Result: 1 failed: test_{func} ({rng.choice(_FAILS)}).\nNext call:",
+        f"Result: {path} read (48 lines); {func} is defined on line {rng.randint(5, 40)}.\nNext call:",
+        f"Result: edit applied to {path}; {rng.randint(1, 3)} lines changed.\nNext call:",
+    )
+    return Prompt(id=f"agentic-{i}", task="agentic", turns=turns, category="agentic-tool-loop", raw=False)
+
+
+def _code_edit(rng: random.Random, i: int) -> Prompt:
+    """A small module and a rename: the answer restates the whole file with one name changed."""
+    module, old, new = rng.choice(_MODULES), *rng.sample(_FUNCS, 2)
+    body = (f"import json\n\n\ndef {old}(record):\n    \"\"\"Return the {module} value of one record.\"\"\"\n"
+            f"    value = record.get(\"{module}\")\n    if value is None:\n        return 0\n    return value\n\n\n"
+            f"def {old}_all(records):\n    return [{old}(r) for r in records]\n")
+    text = (f"File src/{module}.py:\n{body}\nRename {old} to {new} everywhere and write the whole file again.\n"
+            f"File src/{module}.py:\nimport json\n")
+    return Prompt(id=f"agentic-{i}", task="agentic", turns=(text,), category="agentic-code-edit")
+
+
+def agentic(limit: int, seed: int) -> list[Prompt]:
+    """Agent loops (two in three) and whole-file edits: outputs that repeat across requests."""
+    rng = _rng("agentic", seed)
+    return [(_code_edit if i % 3 == 2 else _tool_loop)(rng, i) for i in range(max(limit, 0))]
+
+
 BUILDERS: dict[str, Callable[[int, int], list[Prompt]]] = {
     "chat": chat, "code": code, "structured": structured, "math": math,
-    "summarization": summarization, "rag": rag, "creative": creative,
+    "summarization": summarization, "rag": rag, "creative": creative, "agentic": agentic,
 }

@@ -16,7 +16,7 @@ heads declares the hook ``StrategyPlugin.train_heads`` (``"module:attr"`` of
     True
     >>> paths = train_heads(build_zoo("ci"), "ci")   # doctest: +SKIP
     >>> sorted(paths)                                # doctest: +SKIP
-    ['eagle3_head', 'medusa_heads']
+    ['eagle3_head', 'medusa_heads', 'mtp']
 """
 
 from __future__ import annotations
@@ -44,7 +44,9 @@ if TYPE_CHECKING:
 # training gained gradient clipping (the shared picker.engine.training.optimizer_step) without a
 # bump: its gradient norm stays below 0.49 on the ci recipe, so clipping scales by exactly 1 and
 # the heads came out bit-identical to the cached ones (measured when the step was shared).
-HEADS_VERSION = 1
+# Version 2: each artifact's hash covers its own steps only, so adding a strategy's heads to a
+# recipe leaves the others' cached heads valid.
+HEADS_VERSION = 2
 RECIPE_NAME = "recipe.json"
 
 # (artifact, step, loss): the build's progress bar hangs here.
@@ -66,12 +68,12 @@ class HeadRecipe:
 
 # Sized by measurement on the zoo targets (one thread, CPU seconds on a 2-core AVX2 machine):
 # ci ~40 s in all (data ~8, Medusa ~11, EAGLE-3 ~21), small ~2 min (data ~25, Medusa ~30,
-# EAGLE-3 ~60).
+# EAGLE-3 ~60). MTP (two modules over four chained depths) is priced like EAGLE-3.
 HEAD_RECIPES: dict[str, HeadRecipe] = {
     "ci": HeadRecipe(prompts=48, heldout_prompts=16, prompt_len=32, new_tokens=96,
-                     steps={"medusa_heads": 60, "eagle3_head": 80}),
+                     steps={"medusa_heads": 60, "eagle3_head": 80, "mtp": 80}),
     "small": HeadRecipe(prompts=96, heldout_prompts=24, prompt_len=32, new_tokens=128,
-                        steps={"medusa_heads": 120, "eagle3_head": 120}),
+                        steps={"medusa_heads": 120, "eagle3_head": 120, "mtp": 120}),
 }
 
 
@@ -103,10 +105,12 @@ def head_trainers() -> dict[str, Callable[..., dict[str, Any]]]:
     return dict(sorted(trainers.items()))
 
 
-def recipe_hash(recipe: HeadRecipe, target_dir: Path, corpus: Corpus) -> str:
-    """Identity of a head build: the recipe, the target's weights and the corpus text."""
+def recipe_hash(recipe: HeadRecipe, target_dir: Path, corpus: Corpus, artifact: str) -> str:
+    """Identity of one artifact's build: the shared data recipe, its own steps, the target's weights
+    and the corpus text (another artifact's steps are not in it)."""
     h = hashlib.sha256(f"heads-v{HEADS_VERSION}".encode())
-    h.update(json.dumps(asdict(recipe), sort_keys=True).encode())
+    own = {**asdict(recipe), "steps": recipe.steps.get(artifact, 0), "artifact": artifact}
+    h.update(json.dumps(own, sort_keys=True).encode())
     for name in sorted(p.name for p in target_dir.glob("*.safetensors")):
         h.update(hashlib.sha256((target_dir / name).read_bytes()).digest())
     h.update(corpus.digest().encode())
@@ -123,10 +127,10 @@ def train_heads_on(
     """
     from transformers import AutoModelForCausalLM
 
-    digest = recipe_hash(recipe, target_dir, corpus)
     trainers = head_trainers()
+    digests = {art: recipe_hash(recipe, target_dir, corpus, art) for art in trainers}
     paths = {art: out_root / art for art in trainers}
-    todo = [art for art in trainers if not _cached(paths[art], digest)]
+    todo = [art for art in trainers if not _cached(paths[art], digests[art])]
     if not todo:
         return paths
     with deterministic(recipe.threads):
@@ -141,7 +145,7 @@ def train_heads_on(
                 target, data, paths[art], steps=recipe.steps.get(art, 0), seed=recipe.seed,
                 on_step=None if on_step is None else (lambda s, v, a=art: on_step(a, s, v)),
             )
-            record = {"hash": digest, "recipe": asdict(recipe),
+            record = {"hash": digests[art], "recipe": asdict(recipe),
                       "cpu_seconds": {"data": round(data_seconds, 1),
                                       "train": round(time.process_time() - started, 1)},
                       "report": report}

@@ -23,4 +23,6 @@ PLUGIN = StrategyPlugin(
     # of N is the top-1 tree of depth N.
     draft_options=DraftOptions(depth="depth", topk="topk", length="num_draft_tokens", length_offset=1),
     train_heads="strategies.eagle3.train:train_heads",
+    # SGLang and vLLM take the generic config; TensorRT-LLM writes its dynamic tree.
+    engine_configs={"tensorrt_llm": "strategies.eagle3.engines:tensorrt_llm"},
 )

@@ -52,6 +52,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from picker.engine.draft_layer import causal_lm
 from picker.engine.drafting import EMPTY_DRAFT, Draft, DraftContext, MissingArtifact, StepOutcome
 from picker.engine.sampling import inverse_cdf, warp
 from picker.engine.tree import TokenTree
@@ -339,15 +340,6 @@ class _Growth:
                          tuple(-1 if self.parents[n] < 0 else index[self.parents[n]] for n in nodes))
 
 
-def _target_model(target_backend: Any) -> Any:
-    """The Hugging Face causal LM itself, or the one a backend wraps as ``.model``."""
-    for candidate in (target_backend, getattr(target_backend, "model", None)):
-        getter = getattr(candidate, "get_output_embeddings", None)
-        if getter is not None and getter() is not None:
-            return candidate
-    raise TypeError("eagle3: target_backend must be a Hugging Face causal LM or wrap one as .model")
-
-
 def make_drafter(
     *,
     target_backend: Any,
@@ -365,7 +357,7 @@ def make_drafter(
     """
     if artifact is None or not Path(artifact, CONFIG_NAME).is_file():
         raise MissingArtifact(f"eagle3 needs a trained head folder, got {artifact}", field="--heads")
-    model = _target_model(target_backend)
+    model = causal_lm(target_backend, "eagle3")
     frozen = FrozenTarget.of(model)
     head = Eagle3Head.load(artifact).to(frozen.lm_head.device, frozen.lm_head.dtype)  # beside the target, in its dtype
     if tuple(frozen.lm_head.shape) != (head.config.vocab_size, head.config.hidden_size):

@@ -31,13 +31,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
 
-CONFIG_NAME = "config.json"
-WEIGHTS_NAME = "model.safetensors"
+from picker.engine.draft_layer import CONFIG_NAME, KV, WEIGHTS_NAME, DraftLayer, causal_mask, load_head_weights, save_head
 
-KV = tuple[torch.Tensor, torch.Tensor]  # keys, values: (B, kv_heads, S, head_dim)
+__all__ = ["CONFIG_NAME", "KV", "WEIGHTS_NAME", "Eagle3Config", "Eagle3Head", "causal_mask", "default_feature_layers"]
 
 
 @dataclass(frozen=True)
@@ -97,88 +94,6 @@ def default_feature_layers(num_layers: int) -> tuple[int, int, int]:
     return (0, min(high, (num_layers - 1) // 2), high)
 
 
-def causal_mask(new: int, past: int) -> torch.Tensor:
-    """``(new, past + new)`` bool: every new row sees the whole past and the new rows up to itself."""
-    mask = torch.ones(new, past + new, dtype=torch.bool)
-    mask[:, past:] = torch.ones(new, new, dtype=torch.bool).tril()
-    return mask
-
-
-class Rotary(torch.nn.Module):
-    """Rotary position embedding (Llama's half-split layout); cos/sin computed once per step."""
-
-    def __init__(self, head_dim: int, theta: float) -> None:
-        super().__init__()
-        half = head_dim // 2
-        inv_freq = theta ** (-torch.arange(half, dtype=torch.float32) / half)
-        self.inv_freq: torch.Tensor
-        self.register_buffer("inv_freq", inv_freq, persistent=False)  # derived, never saved
-
-    def angles(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sin for ``positions``: ``(T, head_dim / 2)`` for ``(T,)`` (shared by the batch), or
-        ``(B, 1, T, head_dim / 2)`` for per-row ``(B, T)`` positions (broadcast over heads)."""
-        angle = positions.to(torch.float32)[..., None] * self.inv_freq
-        if positions.dim() == 2:
-            angle = angle[:, None]
-        return angle.cos(), angle.sin()
-
-    @staticmethod
-    def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        half = x.shape[-1] // 2
-        x1, x2 = x[..., :half], x[..., half:]
-        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
-
-
-class DraftAttention(torch.nn.Module):
-    """Grouped-query attention over cached keys plus the new rows, under an explicit bool mask."""
-
-    def __init__(self, cfg: Eagle3Config) -> None:
-        super().__init__()
-        d, h = cfg.head_dim, cfg.hidden_size
-        self.cfg = cfg
-        self.q_proj = torch.nn.Linear(h, cfg.num_heads * d, bias=False)
-        self.k_proj = torch.nn.Linear(h, cfg.num_kv_heads * d, bias=False)
-        self.v_proj = torch.nn.Linear(h, cfg.num_kv_heads * d, bias=False)
-        self.o_proj = torch.nn.Linear(cfg.num_heads * d, h, bias=False)
-        self.rotary = Rotary(d, cfg.rope_theta)
-
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor,
-                past: KV | None) -> tuple[torch.Tensor, KV]:
-        cfg = self.cfg
-        b, t, _ = x.shape
-        q = self.q_proj(x).view(b, t, cfg.num_heads, cfg.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(b, t, cfg.num_kv_heads, cfg.head_dim).transpose(1, 2)
-        v = self.v_proj(x).view(b, t, cfg.num_kv_heads, cfg.head_dim).transpose(1, 2)
-        cos, sin = self.rotary.angles(positions)
-        q, k = Rotary.rotate(q, cos, sin), Rotary.rotate(k, cos, sin)
-        keys = k if past is None else torch.cat((past[0], k), dim=2)
-        values = v if past is None else torch.cat((past[1], v), dim=2)
-        out = F.scaled_dot_product_attention(
-            q, keys, values, attn_mask=mask, enable_gqa=cfg.num_heads != cfg.num_kv_heads)
-        return self.o_proj(out.transpose(1, 2).reshape(b, t, -1)), (k, v)
-
-
-class DraftLayer(torch.nn.Module):
-    """A Llama-shaped decoder layer: x + attn(norm x), then + SwiGLU(norm x)."""
-
-    def __init__(self, cfg: Eagle3Config) -> None:
-        super().__init__()
-        h, m = cfg.hidden_size, cfg.intermediate_size
-        self.input_layernorm = torch.nn.RMSNorm(h, eps=cfg.rms_norm_eps)
-        self.self_attn = DraftAttention(cfg)
-        self.post_attention_layernorm = torch.nn.RMSNorm(h, eps=cfg.rms_norm_eps)
-        self.gate_proj = torch.nn.Linear(h, m, bias=False)
-        self.up_proj = torch.nn.Linear(h, m, bias=False)
-        self.down_proj = torch.nn.Linear(m, h, bias=False)
-
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor,
-                past: KV | None) -> tuple[torch.Tensor, KV]:
-        attn, kv = self.self_attn(self.input_layernorm(x), positions, mask, past)
-        x = x + attn
-        y = self.post_attention_layernorm(x)
-        return x + self.down_proj(F.silu(self.gate_proj(y)) * self.up_proj(y)), kv
-
-
 class Eagle3Head(torch.nn.Module):
     """``fuse`` (3H -> H), ``merge`` ([embed, feature] 2H -> H) and one :class:`DraftLayer`."""
 
@@ -207,15 +122,10 @@ class Eagle3Head(torch.nn.Module):
 
     def save(self, folder: Path) -> None:
         """Write ``config.json`` and ``model.safetensors`` (no pickle) into ``folder``."""
-        folder.mkdir(parents=True, exist_ok=True)
-        tensors = {k: v.detach().contiguous() for k, v in self.state_dict().items()}
-        save_file(tensors, str(folder / WEIGHTS_NAME), metadata={"format": "pt"})
-        (folder / CONFIG_NAME).write_text(self.config.to_json())
+        save_head(self, folder, self.config.to_json())
 
     @classmethod
     def load(cls, folder: str | Path) -> Eagle3Head:
         """Load a head written by :meth:`save`."""
         folder = Path(folder)
-        head = cls(Eagle3Config.from_json((folder / CONFIG_NAME).read_text()))
-        head.load_state_dict(load_file(str(folder / WEIGHTS_NAME)))
-        return head.eval()
+        return load_head_weights(cls(Eagle3Config.from_json((folder / CONFIG_NAME).read_text())), folder)  # type: ignore[return-value]

@@ -18,38 +18,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from picker.engine.training import DistillData, DistillSet, optimizer_step
-from strategies.eagle3.model import KV, Eagle3Config, Eagle3Head, default_feature_layers
+from picker.engine.draft_layer import KV, FrozenTarget
+from picker.engine.training import DistillData, DistillSet, train_steps
+from strategies.eagle3.model import Eagle3Config, Eagle3Head, default_feature_layers
+
+__all__ = ["FrozenTarget", "depth_accuracy", "fit_greedy_temperature", "new_head", "train_heads", "ttt_forward",
+           "ttt_loss", "ttt_mask"]
 
 StepCallback = Callable[[int, float], None]
-
-
-@dataclass(frozen=True)
-class FrozenTarget:
-    """The pieces of the target the draft head shares, detached: embedding, final norm, LM head."""
-
-    embed: torch.nn.Module
-    norm: torch.nn.Module
-    lm_head: torch.Tensor  # (V, H)
-
-    def logits(self, g: torch.Tensor) -> torch.Tensor:
-        return self.norm(g) @ self.lm_head.T
-
-    @classmethod
-    def of(cls, model: Any) -> FrozenTarget:
-        """Read the parts from a Hugging Face causal LM (Llama-style ``model.norm``)."""
-        base = model.get_decoder() if hasattr(model, "get_decoder") else model.model
-        norm = getattr(base, "norm", None)
-        if norm is None:
-            raise TypeError("eagle3: the target's decoder has no final `norm` module")
-        return cls(model.get_input_embeddings(), norm,
-                   model.get_output_embeddings().weight.detach())
 
 
 def ttt_mask(length: int, step: int) -> torch.Tensor:
@@ -184,20 +165,8 @@ def train_heads(
     depths = max(ttt_steps, 4)  # always report 4 depths, so runs with and without TTT compare
     untrained = depth_accuracy(head, frozen, data.heldout, depths)
     weights = [1.0] * ttt_steps  # every depth matters: a miss at depth 1 ends the path anyway
-    opt = torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=0.0)
-    gen = torch.Generator().manual_seed(seed)
-    rows = data.train.tokens.shape[0]
-    losses: list[float] = []
-    head.train()
-    for step in range(steps):
-        for group in opt.param_groups:  # short warm-up then linear decay
-            group["lr"] = lr * min(1.0, (step + 1) / 10) * (1.0 - step / max(1, steps))
-        idx = torch.randint(0, rows, (batch,), generator=gen)
-        losses.append(optimizer_step(opt, ttt_loss(head, frozen, data.train, idx, ttt_steps, weights),
-                                     head.parameters()))
-        if on_step is not None:
-            on_step(step, losses[-1])
-    head.eval()
+    losses = train_steps(head, lambda idx: ttt_loss(head, frozen, data.train, idx, ttt_steps, weights), steps=steps,
+                         rows=data.train.tokens.shape[0], batch=batch, lr=lr, seed=seed, on_step=on_step)
     greedy_t = fit_greedy_temperature(head, frozen, data.heldout)
     report: dict[str, Any] = {
         "depth_accuracy": depth_accuracy(head, frozen, data.heldout, depths),

@@ -19,4 +19,6 @@ PLUGIN = StrategyPlugin(
     make_drafter="strategies.lookahead.drafter:make_drafter",
     # An n-gram of n tokens proposes n - 1 drafts; all G candidates ride in one forward (uncapped).
     draft_options=DraftOptions(length="ngram", length_offset=1, capped=False),
+    engine_configs={"sglang": "strategies.lookahead.engines:sglang",
+                    "tensorrt_llm": "strategies.lookahead.engines:tensorrt_llm"},
 )

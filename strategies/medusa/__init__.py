@@ -25,4 +25,5 @@ PLUGIN = StrategyPlugin(
     train_heads="strategies.medusa.train:train_heads",
     # One head per depth: no draft deeper than the heads folder's head count.
     artifact_depth="strategies.medusa.artifact:max_depth",
+    engine_configs={"tensorrt_llm": "strategies.medusa.engines:tensorrt_llm"},
 )

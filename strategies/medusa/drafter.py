@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from picker.engine.draft_layer import causal_lm
 from picker.engine.drafting import EMPTY_DRAFT, Draft, DraftContext, MissingArtifact, SamplingParams
 from picker.engine.sampling import warp
 from picker.engine.tree import TokenTree
@@ -148,15 +149,6 @@ def sampled_tree(shape: TokenTree, logits: np.ndarray, sampling: SamplingParams,
     return Draft(tree=tree, p=p, siblings="without_replacement")
 
 
-def _target_model(target_backend: Any) -> Any:
-    """The Hugging Face causal LM itself, or the one a backend wraps as ``.model``."""
-    for candidate in (target_backend, getattr(target_backend, "model", None)):
-        getter = getattr(candidate, "get_output_embeddings", None)
-        if getter is not None and getter() is not None:
-            return candidate
-    raise TypeError("medusa: target_backend must be a Hugging Face causal LM or wrap one as .model")
-
-
 def make_drafter(
     *,
     target_backend: Any,
@@ -172,7 +164,7 @@ def make_drafter(
     """
     if artifact is None or not Path(artifact, CONFIG_NAME).is_file():
         raise MissingArtifact(f"medusa needs a trained heads folder, got {artifact}", field="--heads")
-    model = _target_model(target_backend)
+    model = causal_lm(target_backend, "medusa")
     lm_head = model.get_output_embeddings().weight.detach()
     heads = MedusaHeads.load(artifact).to(lm_head.device)  # beside the target (cpu or cuda)
     if tuple(lm_head.shape) != (heads.config.vocab_size, heads.config.hidden_size):

@@ -17,4 +17,6 @@ PLUGIN = StrategyPlugin(
     capabilities=Capabilities(deterministic_draft=True, draft_cost="cpu_lookup", engines={"sglang": "NGRAM", "vllm": "ngram", "tensorrt_llm": "NGram", "llama_cpp": "ngram-simple"}),
     # No model, no artifact: num_draft_tokens and the match sizes n_max..n_min are its knobs.
     make_drafter="strategies.ngram.drafter:make_drafter",
+    engine_configs={engine: f"strategies.ngram.engines:{engine}"
+                    for engine in ("sglang", "vllm", "tensorrt_llm", "llama_cpp")},
 )

@@ -17,4 +17,6 @@ PLUGIN = StrategyPlugin(
     capabilities=Capabilities(needs_draft_model=True, artifact="draft_model", draft_cost="draft_model", engines={"sglang": "STANDALONE", "vllm": "draft_model", "tensorrt_llm": "DraftTarget", "llama_cpp": "draft-simple"}),
     # artifact: the draft model's local folder (same tokenizer as the target); num_draft_tokens: N.
     make_drafter="strategies.vanilla.drafter:make_drafter",
+    # SGLang and TensorRT-LLM take the generic config (algorithm, draft path, length).
+    engine_configs={"vllm": "strategies.vanilla.engines:vllm", "llama_cpp": "strategies.vanilla.engines:llama_cpp"},
 )

@@ -10,7 +10,7 @@ to build its drafter fails.
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,10 +43,16 @@ class Strategy:
     plugin: StrategyPlugin
     drafter: Drafter
     spec: Speculator
+    spawn: Callable[[], Drafter]
 
     @property
     def caps(self) -> Any:
         return self.plugin.capabilities
+
+    def fresh(self) -> Speculator:
+        """Drafters built anew: for a run compared token for token with another, which must not see
+        what earlier runs left in a drafter that keeps state across requests (a response cache)."""
+        return Speculator(self.spawn(), self.caps, self.spawn)
 
 
 @pytest.fixture(scope="session")
@@ -91,4 +97,4 @@ def strategy(request: pytest.FixtureRequest, target: TorchBackend, artifacts: di
         with discoverable():
             return build_drafter(plugin, target, artifacts)
 
-    yield Strategy(name, plugin, drafter, Speculator(drafter, plugin.capabilities, spawn))
+    yield Strategy(name, plugin, drafter, Speculator(drafter, plugin.capabilities, spawn), spawn)

@@ -17,14 +17,18 @@ from tests.conformance.conftest import Strategy
 from tests.conformance.harness import greedy_tie
 
 PER_TASK, CONTEXT, NEW = 30, 40, 12
+# The seven task types the suite was sized on (210 prompts; the default suite's time budget). The
+# agentic type's first turns are code and JSON like these; its repetition across requests is what
+# the profiler measures, not what exactness depends on.
+TASKS = ("chat", "code", "structured", "math", "summarization", "rag", "creative")
 
 
 @pytest.fixture(scope="session")
 def prompt_ids(tokenizer: Any) -> list[list[int]]:
     from picker.engine.runtime import encode
-    from picker.tasks import builtin_prompts, builtin_tasks, render_turn
+    from picker.tasks import builtin_prompts, render_turn
 
-    prompts = builtin_prompts(list(builtin_tasks()), limit=PER_TASK)
+    prompts = builtin_prompts(list(TASKS), limit=PER_TASK)
     return [encode(tokenizer, render_turn(p, 0, []))[-CONTEXT:] for p in prompts]
 
 

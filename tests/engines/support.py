@@ -41,3 +41,37 @@ def write_config_folder(path: Path, **overrides: object) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     (path / "config.json").write_text(json.dumps({**TINY_LLAMA, **overrides}))
     return path
+
+
+# Artifact kinds that live inside the target checkpoint when a profile says so: an engine resolves
+# such a config only against a target of that kind (vLLM refuses method "mtp" on a Llama). The
+# DeepSeek-V3 config.json shipped with the MTP profile stands in as that target.
+CHECKPOINT_ARTIFACTS: dict[str, tuple[Path, dict[str, object]]] = {
+    "mtp": (ROOT / "profiles" / "hf" / "deepseek-v3-mtp-sglang.config.json", {"modules": 1, "builtin": True}),
+}
+
+
+def profile_hf_config(profile_path: Path) -> Path | None:
+    """The config.json of a profile's model: the one ``model.hf_config`` names (relative to the
+    profile), else the published copy shipped as ``hf/<profile name>.config.json``; None otherwise."""
+    import yaml
+
+    ref = (yaml.safe_load(profile_path.read_text()).get("model") or {}).get("hf_config")
+    if ref:
+        return (profile_path.parent / ref).resolve()
+    shipped = profile_path.parent / "hf" / f"{profile_path.stem}.config.json"
+    return shipped if shipped.is_file() else None
+
+
+def write_model_folder(path: Path, config_json: Path) -> Path:
+    """A model folder holding a copy of ``config_json`` as its ``config.json`` (nothing else)."""
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(config_json.read_text())
+    return path
+
+
+def config_dtype(config_json: Path) -> str:
+    """The dtype a config check runs at: the checkpoint's own when it is quantized (vLLM builds FP8
+    only in bfloat16 or float16), else float32 as everywhere else in this tier."""
+    cfg = json.loads(config_json.read_text())
+    return str(cfg.get("torch_dtype", "bfloat16")) if "quantization_config" in cfg else "float32"

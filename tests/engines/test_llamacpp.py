@@ -35,7 +35,7 @@ from picker.inputs.workload import load_profile
 from picker.profiler.llamacpp_server import local_server
 from picker.profiler.run import records_of
 from picker.recommend.engine_configs import ScheduleEntry, build_engine_configs
-from picker.recommend.scoring import Scorer
+from picker.recommend.evidence_index import evidence, index_evidence
 from tests.engines.support import ENGINES_DIR, ROOT
 
 pytestmark = pytest.mark.engines
@@ -158,14 +158,14 @@ def test_plain_url_baseline_and_recommend_uses_llamacpps_step_cost(tmp_path: Pat
     meas = load_measurements(tmp_path / "run" / "summary.json")
     # The server runs the zoo, not the shipped profile's model: its costs are not that deployment's
     # (picker.inputs.provenance). A profile of the served model and build takes them.
-    assert not Scorer(shipped, meas).measured_costs
+    assert not index_evidence(shipped, meas).measured_costs
     prov = meas.run["provenance"]  # type: ignore[attr-defined]
     profile = shipped.model_copy(update={
         "model": shipped.model.model_copy(update={"name": prov["model"]["name"]}),
         "engine": shipped.engine.model_copy(update={"version": prov.get("engine_version") or shipped.engine.version})})
-    scorer = Scorer(profile, meas)
-    assert scorer.measured_costs
-    ev = scorer.evidence(load_strategies()["vanilla"], "creative", 0.0)
+    index = index_evidence(profile, meas)
+    assert index.measured_costs
+    ev = evidence(index, load_strategies()["vanilla"], "creative", 0.0)
     assert ev.source == "measured" and ev.cost is not None and ev.cost.step_points
     n, ratio = ev.cost.step_points[0]
     print("llama.cpp step ratio at N = 3:", ratio)

@@ -33,7 +33,7 @@ from picker.profiler.run import records_of
 from picker.profiler.source import WARMUP
 from picker.profiler.vllm_server import START_LIMIT_S, Server
 from picker.recommend.engine_configs import ScheduleEntry, build_engine_configs
-from picker.recommend.scoring import Scorer
+from picker.recommend.evidence_index import evidence, index_evidence
 from picker.tasks import builtin_prompts, render_turn
 from policies.cell_evidence import live_step_points
 from tests.engines.support import ROOT, engine_python
@@ -101,14 +101,14 @@ def test_profile_times_plain_on_a_second_server_and_recommend_uses_vllms_step_co
     meas = load_measurements(out / "summary.json")
     # The server runs the zoo, not the shipped profile's Llama: its costs are not that deployment's
     # (picker.inputs.provenance). A profile of the served model and engine build takes them.
-    assert not Scorer(shipped, meas).measured_costs
+    assert not index_evidence(shipped, meas).measured_costs
     prov = meas.run["provenance"]  # type: ignore[attr-defined]
     profile = shipped.model_copy(update={
         "model": shipped.model.model_copy(update={"name": prov["model"]["name"]}),
         "engine": shipped.engine.model_copy(update={"version": prov.get("engine_version") or shipped.engine.version})})
-    scorer = Scorer(profile, meas)
-    assert scorer.measured_costs  # the measurements come from the model and engine the profile deploys
-    ev = scorer.evidence(load_strategies()["ngram"], "code", 0.0)
+    index = index_evidence(profile, meas)
+    assert index.measured_costs  # the measurements come from the model and engine the profile deploys
+    ev = evidence(index, load_strategies()["ngram"], "code", 0.0)
     assert ev.source == "measured" and ev.cost is not None and ev.cost.step_points
     n, ratio = ev.cost.step_points[0]
     # The step cost recommend scores with is the one these cells imply (the engine's own), not a

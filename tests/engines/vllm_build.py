@@ -2,12 +2,16 @@
 
     python vllm_build.py TARGET_DIR CASES.json RESULTS.json
 
-CASES.json is a list of ``{"id", "spec": {...}, "batches"?: [int]}``. Each spec goes through
-``EngineArgs(model=TARGET_DIR, speculative_config=spec).create_engine_config()``, the path
-``--speculative-config`` takes in the server, which validates the ``SpeculativeConfig`` (method,
-fields, draft config) without loading weights. A batch schedule is also put through vLLM's own
-``validate_and_normalize_dynamic_sd_schedule`` and ``build_dynamic_sd_schedule_lookup`` (the
-scheduler's per-batch table), which report the K vLLM would draft at each of ``batches``.
+CASES.json is a list of ``{"id", "spec": {...}, "batches"?: [int], "target"?: DIR, "dtype"?: str}``.
+Each spec goes through ``EngineArgs(model=TARGET_DIR, speculative_config=spec).create_engine_config()``,
+the path ``--speculative-config`` takes in the server, which validates the ``SpeculativeConfig``
+(method, fields, draft config) without loading weights; a case may name its own target folder (an
+MTP config needs an MTP checkpoint's config.json) and dtype (FP8 checkpoints need bfloat16). Every
+key of the spec is also checked against ``SpeculativeConfig``'s own fields (``unknown_fields``), so a
+method that needs a package this venv lacks still has its keys checked. A batch schedule is also
+put through vLLM's own ``validate_and_normalize_dynamic_sd_schedule`` and
+``build_dynamic_sd_schedule_lookup`` (the scheduler's per-batch table), which report the K vLLM
+would draft at each of ``batches``.
 """
 
 from __future__ import annotations
@@ -30,10 +34,15 @@ def build(target: str, case: dict[str, Any]) -> dict[str, Any]:
         validate_and_normalize_dynamic_sd_schedule,
     )
 
-    out: dict[str, Any] = {"id": case["id"]}
+    import dataclasses
+
+    from vllm.config import SpeculativeConfig
+
+    known = {f.name for f in dataclasses.fields(SpeculativeConfig)}
+    out: dict[str, Any] = {"id": case["id"], "unknown_fields": sorted(set(case["spec"]) - known)}
     try:
-        args = EngineArgs(model=target, enforce_eager=True, dtype="float32", max_model_len=1024,
-                          speculative_config=dict(case["spec"]))
+        args = EngineArgs(model=case.get("target", target), enforce_eager=True, dtype=case.get("dtype", "float32"),
+                          max_model_len=1024, speculative_config=dict(case["spec"]))
         spec = args.create_engine_config().speculative_config
         schedule = case["spec"].get("num_speculative_tokens_per_batch_size")
         table = None
@@ -56,8 +65,12 @@ def main() -> None:
     logging.disable(logging.WARNING)
     import vllm
 
+    import importlib.util
+
     results = [build(target, case) for case in json.loads(cases_path.read_text())]
-    results_path.write_text(json.dumps({"vllm_version": vllm.__version__, "results": results}, default=str))
+    results_path.write_text(json.dumps({"vllm_version": vllm.__version__, "results": results,
+                                        "arctic_inference": importlib.util.find_spec("arctic_inference") is not None},
+                                       default=str))
 
 
 if __name__ == "__main__":

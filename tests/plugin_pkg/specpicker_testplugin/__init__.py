@@ -17,8 +17,10 @@ from picker.engine.plugins import Capabilities, DraftOptions, StrategyPlugin
 PLUGIN = StrategyPlugin(
     name="repeat-last",
     summary="Test plugin: proposes the last token again, k times (deterministic).",
-    # One engine mapping, as if vLLM served it under this name: lets tests recommend it end to end.
-    capabilities=Capabilities(deterministic_draft=True, draft_cost="cpu_lookup", engines={"vllm": "repeat_last"}),
+    # vLLM loads the plugin's own proposer class; SGLang runs its nearest algorithm (engines.py).
+    capabilities=Capabilities(deterministic_draft=True, draft_cost="cpu_lookup",
+                              engines={"vllm": "custom_class", "sglang": "NGRAM"}),
     make_drafter="specpicker_testplugin.drafter:make_drafter",
     draft_options=DraftOptions(length="num_draft_tokens"),  # the default, declared for readers
+    engine_configs={"vllm": "specpicker_testplugin.engines:vllm", "sglang": "specpicker_testplugin.engines:sglang"},
 )

@@ -1,16 +1,11 @@
-"""Candidate rows: one configuration in its deployment context, its evidence, and the analytic base.
+"""The core speedup model: tokens per step over the step cost, for one candidate row.
 
-A :class:`Candidate` is what the policy scores: a strategy described by its declared capabilities
-(never its name), a configuration (chain of N, or a tree), the context (temperature, batch size,
-context length, task type, hardware, model size, engine) and the evidence behind it (α or
-per-position acceptance with a range, and measured step costs where they exist; read from measured
-cells by :mod:`policies.cell_evidence`).
 :func:`base_speedup` is the analytic model -- E[L] over the step cost -- in pure Python, so the
-default ``specpick recommend`` path never imports numpy; :func:`feature_matrix` turns candidates
-into the numeric rows the learned correction (``policies.estimator``) reads, whose first column is
-the log of the analytic speedup.
+default ``specpick recommend`` path never imports numpy. It reads a
+:class:`~policies.evidence.Candidate` and nothing else.
 
     >>> from picker.engine.plugins import Capabilities
+    >>> from policies.evidence import Candidate, CostEvidence, Evidence
     >>> ev = Evidence(alpha=0.8, alpha_low=0.7, alpha_high=0.9,
     ...               cost=CostEvidence(draft_unit=0.1, verify=((1, 1.0), (8, 1.2))))
     >>> c = Candidate(Capabilities(needs_draft_model=True), depth=4, evidence=ev)
@@ -36,91 +31,11 @@ import bisect
 import itertools
 import math
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
-from typing import Any
 
 from picker.engine.plugins import Capabilities
-from picker.inputs.workload import TASK_TYPES
-from policies.analytic import Config, CostContext, chain, config_cost
+from policies.analytic import chain, config_cost
 from policies.analytic import expected_length as analytic_length
-
-DRAFT_COST_KINDS = ("draft_model", "target_layer", "heads", "cpu_lookup", "in_forward")
-
-
-@dataclass(frozen=True)
-class CostEvidence:
-    """Step costs measured on the serving engine, in units of one plain decode step."""
-
-    draft_unit: float                 # d: seconds of one draft forward (or lookup) / plain step
-    draft_share: float = 1.0          # φ: share of output tokens emitted by steps that drafted
-    nodes_per_token: float = 1.0      # verified draft nodes per nominal draft token (lookahead: ~G)
-    fixed_steps: float = 0.0          # F: per-generation fixed time (prefill, setup) in plain steps
-    output_tokens: float = 0.0        # T: tokens per generation F is spread over (0: decode only)
-    verify: tuple[tuple[float, float], ...] = ()  # (tokens in flight, T(m)/T(1)) measured
-    draft_fixed: float = 0.0          # d₀: per-step drafting time besides the d per forward (policies.cell_evidence)
-    # (N, R) measured end to end on a live engine that reports no step timings (cell_evidence.live_step_points);
-    # when present they replace the draft/verify decomposition above.
-    step_points: tuple[tuple[float, float], ...] = ()
-    batch: int = 1                    # the concurrency these costs were measured at
-    # Draft forwards per step of the measured cell when no probe split its drafting into d₀ and d
-    # (0: split, or nothing drafted): a chain of another length then takes the cost model's shape.
-    unsplit_units: float = 0.0
-
-
-@dataclass(frozen=True)
-class Evidence:
-    """Acceptance (top-1, i.i.d. convention: accepted / examined positions) with its range."""
-
-    alpha: float
-    alpha_low: float
-    alpha_high: float
-    source: str = "prior"             # "measured" | "prior"
-    per_position: tuple[float, ...] = ()  # conditional acceptance of positions 1..k (chains)
-    cost: CostEvidence | None = None
-    citations: tuple[str, ...] = ()
-    tau: float | None = None          # measured tokens per drafting step at the profiled config
-    # Trees: P(rank r accepted | ranks < r rejected), r = 2.., measured on the chain's rejections
-    # (picker.engine.siblings: greedy top-k siblings at T = 0, sampled ones at T > 0); empty: the textbook
-    # model (α for every rank).
-    siblings: tuple[float, ...] = ()
-    # φ measured with the acceptance (policies.cell_evidence.draft_share): a lookup that drafts only where
-    # it finds a match emits most of its output one token per step; 1: every step drafts (priors).
-    draft_share: float = 1.0
-
-    def at(self, alpha: float) -> Evidence:
-        """The same evidence with α moved to ``alpha`` (per-position rates scaled alike)."""
-        scale = alpha / self.alpha if self.alpha > 0 else 0.0
-        pp = tuple(min(1.0, p * scale) for p in self.per_position)
-        return replace(self, alpha=alpha, per_position=pp)
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """One configuration to score. ``tokens`` counts verified tokens incl. the root (trees)."""
-
-    caps: Capabilities
-    depth: int
-    topk: int = 1
-    tokens: int = 0
-    temperature: float = 0.0
-    batch: int = 1
-    context_len: int = 1024
-    task: str = "chat"
-    evidence: Evidence = Evidence(0.5, 0.5, 0.5)
-    ctx: CostContext | None = None    # the roofline's view of the deployment
-
-    @property
-    def is_tree(self) -> bool:
-        return self.topk > 1
-
-    @property
-    def nodes(self) -> int:
-        """Draft nodes verified per step (chain: N)."""
-        return (self.tokens - 1) if self.is_tree else self.depth
-
-    @property
-    def config(self) -> Config:
-        return Config(self.depth, self.topk, self.tokens if self.is_tree else self.depth + 1)
+from policies.evidence import Candidate, CostEvidence, Evidence
 
 
 def _reach(per_position: Sequence[float], tail: float, n: int) -> Iterator[float]:
@@ -408,59 +323,3 @@ def base_range(c: Candidate, ratio: float | None = None) -> tuple[float, float, 
     hi = _speedup(c, r, ev.alpha_high)
     return mean, min(lo, mean), max(hi, mean)
 
-
-# ----------------------------------------------------------------------------- the numeric rows
-
-FEATURES: tuple[str, ...] = (
-    "log_base_speedup",  # column 0: the estimator's base (SpeedupEstimator.base_column)
-    "log_expected_length", "log_step_ratio",
-    "needs_draft_model", "needs_hidden_states", "trainable_heads", "tree_capable", "deterministic_draft",
-    *(f"cost_{k}" for k in DRAFT_COST_KINDS),
-    "depth", "topk", "verified_tokens", "is_tree",
-    "temperature", "log2_batch", "log2_context",
-    *(f"task_{t}" for t in TASK_TYPES),
-    "log_bandwidth", "log_tflops", "log_params", "draft_fraction",
-    "alpha", "alpha_range", "alpha_measured", "position_trend",
-    "draft_unit", "draft_share", "nodes_per_token", "fixed_share", "cost_measured",
-)
-
-
-def feature_row(c: Candidate, ratio: float | None = None) -> list[float]:
-    """The numeric row of one candidate, in :data:`FEATURES` order (NaN where unknown).
-
-    ``ratio`` is :func:`step_ratio` when the caller has it cached (the roofline is the slow part).
-    """
-    caps, ev, cost = c.caps, c.evidence, c.evidence.cost
-    nan = float("nan")
-    length = expected_length(c)
-    ratio = step_ratio(c) if ratio is None else ratio
-    ctx = c.ctx
-    pp = ev.per_position
-    trend = (pp[-1] - pp[0]) if len(pp) >= 2 else nan  # acceptance rising or falling along the chain
-    fixed_share = nan
-    if cost is not None and cost.output_tokens > 0:
-        fixed_share = cost.fixed_steps / (cost.fixed_steps + cost.output_tokens)
-    return [
-        math.log(max(_speedup(c, ratio), 1e-9)), math.log(length), math.log(ratio),
-        float(caps.needs_draft_model), float(caps.needs_hidden_states), float(caps.trainable_heads),
-        float(caps.tree), float(caps.deterministic_draft),
-        *(float(caps.draft_cost == k) for k in DRAFT_COST_KINDS),
-        float(c.depth), float(c.topk), float(c.nodes + 1), float(c.is_tree),
-        float(c.temperature), math.log2(max(c.batch, 1)), math.log2(max(c.context_len, 1)),
-        *(float(c.task == t) for t in TASK_TYPES),
-        math.log(ctx.hardware.memory_bandwidth_gbps) if ctx else nan,
-        math.log(ctx.hardware.bf16_tflops) if ctx else nan,
-        math.log(ctx.target.params) if ctx else nan,
-        (ctx.draft.params / ctx.target.params) if ctx and ctx.draft else 0.0,
-        ev.alpha, ev.alpha_high - ev.alpha_low, float(ev.source == "measured"), trend,
-        cost.draft_unit if cost else nan, cost.draft_share if cost else nan,
-        cost.nodes_per_token if cost else nan, fixed_share, float(cost is not None),
-    ]
-
-
-def feature_matrix(candidates: Sequence[Candidate], ratios: Sequence[float | None] | None = None) -> Any:
-    """``(len(candidates), len(FEATURES))`` float array (imports numpy: not on the default path)."""
-    import numpy as np
-
-    rs = ratios if ratios is not None else [None] * len(candidates)
-    return np.asarray([feature_row(c, r) for c, r in zip(candidates, rs)], dtype=float).reshape(-1, len(FEATURES))

@@ -1,0 +1,100 @@
+"""One rounding rule, and the plan's numbers as every rendering writes them.
+
+A predicted number is computed once, stored in the Recommendation rounded to :data:`DIGITS`
+decimals (:func:`rounded`), and written with two decimals from that stored value (:func:`times`,
+:func:`fraction`) -- the markdown plan, the report page, ``--explain`` and the rationale's prose
+alike, so no rendering can round its way to another number. The headline and the batch schedule's
+columns are defined here once (:func:`headline`, :data:`SCHEDULE_COLUMNS`); a new predicted column
+(a latency per batch range, say) is one more entry, and every table that shows the schedule shows it.
+
+    >>> rounded(0.0949), times(2.6449), fraction(0.0949)
+    (0.095, '2.65x', '0.10')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from picker.recommend.contract import BatchRange, Recommendation
+
+DIGITS = 3
+
+
+def rounded(x: float) -> float:
+    """The value stored in the Recommendation (and printed by JSON and YAML)."""
+    return round(x, DIGITS)
+
+
+def times(x: float) -> str:
+    """A speedup as written in text: two decimals of the stored value, and an x."""
+    return f"{rounded(x):.2f}x"
+
+
+def fraction(x: float) -> str:
+    """An acceptance rate or a step ratio as written in text: two decimals of the stored value."""
+    return f"{rounded(x):.2f}"
+
+
+@dataclass(frozen=True)
+class Headline:
+    """The plan's headline numbers as text: what markdown, the page and ``--explain`` all print."""
+
+    speedup: str
+    low: str
+    high: str
+    break_even_alpha: str
+    accept_length: str
+    typical_batch: int
+
+
+def headline(rec: Recommendation) -> Headline:
+    ps = rec.predicted_speedup
+    return Headline(times(ps.mean), times(ps.low), times(ps.high), fraction(rec.break_even_alpha),
+                    fraction(rec.break_even_accept_length), rec.typical_batch)
+
+
+def _batches(r: BatchRange) -> str:
+    return f"{r.min_batch}–{'∞' if r.max_batch is None else r.max_batch}"
+
+
+def _draft_tokens(r: BatchRange) -> str:
+    k = "off" if r.num_speculative_tokens == 0 else str(r.num_speculative_tokens)
+    if r.disable_above_temperature is not None:
+        k += f" (off above T = {r.disable_above_temperature:g})"
+    return k
+
+
+def _speedup(r: BatchRange) -> str:
+    span = times(r.predicted_speedup) if r.predicted_speedup == r.predicted_speedup_at_max_batch else \
+        f"{times(r.predicted_speedup)} → {times(r.predicted_speedup_at_max_batch)}"
+    if r.uncertain and r.predicted_speedup_range is not None:
+        lo, hi = r.predicted_speedup_range
+        span += f" (uncertain: {times(lo)}–{times(hi)} straddles 1.0x; measure at this batch)"
+    return span
+
+
+def _break_even(r: BatchRange) -> str:
+    if r.break_even_alpha is None:
+        return "—"
+    return f"{fraction(r.break_even_alpha)} (at batch {r.break_even_at_batch})"
+
+
+def _step_cost(r: BatchRange) -> str:
+    return "measured under load" if r.step_cost == "measured" else "model"
+
+
+# (header, cell) for every column of the batch schedule, in order.
+SCHEDULE_COLUMNS: tuple[tuple[str, Callable[[BatchRange], str]], ...] = (
+    ("batch size", _batches),
+    ("draft tokens", _draft_tokens),
+    ("predicted speedup at that batch (first → last batch of the range on the grid; task mix, temperatures)",
+     _speedup),
+    ("break-even α", _break_even),
+    ("step cost", _step_cost),
+)
+
+
+def schedule_rows(rec: Recommendation) -> list[list[str]]:
+    """The batch schedule as text cells, one list per range, in :data:`SCHEDULE_COLUMNS` order."""
+    return [[cell(r) for _, cell in SCHEDULE_COLUMNS] for r in rec.decision.batch_schedule]
