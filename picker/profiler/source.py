@@ -38,7 +38,7 @@ T = TypeVar("T")
 # the first full-size prefill. So the warm-up has the timed requests' shape.
 WARMUP = ("one untimed request per server (the configuration's and plain's) before the run's first timed "
           "wave: that wave's first prompt (first turn), its max_new_tokens and ignore_eos, T = 0, streamed like "
-          "the timed requests; in no figure, and before the server's counters are first read")
+          "the timed requests; in no figure, and before the counters the run differences are read")
 
 
 @dataclass(frozen=True)
