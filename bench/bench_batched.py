@@ -65,8 +65,9 @@ def plain_table(target: TorchBackend, ids: list[list[int]], new: int, reps: int)
     return runs
 
 
-def gain_table(target: TorchBackend, specs: dict[str, Callable[[], Speculator]], ids_of: Callable[[int], list[list[int]]],
-               concurrencies: list[int], new: int, reps: int) -> dict[tuple[str, float, int], list[float]]:
+def gain_table(target: TorchBackend, specs: dict[str, Callable[[], Speculator]],
+               ids_of: Callable[[int], list[list[int]]], concurrencies: list[int], new: int,
+               reps: int) -> dict[tuple[str, float, int], list[float]]:
     """Per (strategy, T, C): speculative tokens/s over plain tokens/s on the same queue, pair by pair."""
     wide = target.with_rows(max(concurrencies))
     gains: dict[tuple[str, float, int], list[float]] = defaultdict(list)

@@ -24,8 +24,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench.regret.data import GridKey
 from bench.regret.vllm import emitted, serving
+from picker.recommend.sweep_data import GridKey
 
 
 def main() -> None:
@@ -39,7 +39,8 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=32, help="per level (>= 2x the highest level keeps it loaded)")
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--python", type=Path, default=Path(__file__).resolve().parents[1] / ".engines/vllm-venv/bin/python",
+    ap.add_argument("--python", type=Path,
+                    default=Path(__file__).resolve().parents[1] / ".engines/vllm-venv/bin/python",
                     help="the vLLM venv's interpreter (scripts/engines-setup.sh vllm)")
     args = ap.parse_args()
 

@@ -32,7 +32,16 @@ import numpy as np
 import torch
 
 from picker.engine.backend import TorchBackend
-from picker.engine.drafting import Draft, DraftContext, Drafter, SamplingParams, StepOutcome, bind, call_observe, call_reset
+from picker.engine.drafting import (
+    Draft,
+    DraftContext,
+    Drafter,
+    SamplingParams,
+    StepOutcome,
+    bind,
+    call_observe,
+    call_reset,
+)
 from picker.engine.loop import Generation, generate
 from picker.engine.plugins import Capabilities
 from picker.engine.tree import TokenTree

@@ -8,7 +8,7 @@ touched (``load_policy``, ``SpeedupEstimator``, ``feature_matrix`` ...).
     >>> chain(4).depth, round(chain_length(0.5, 4), 4)
     (4, 1.9375)
 
-Submodules stay importable for the benches and tests that study the internals; the application
+Submodules stay importable for the tests and measurements that study the internals; the application
 layers (``picker.recommend``, ``picker.sdk``) import only from here (tests/test_policies_api.py).
 """
 
@@ -30,11 +30,11 @@ _EXPORTS: dict[str, str] = {
     # the core speedup model of one candidate row, and its numeric encoding for the learned correction
     "base_range": "speedup_model", "base_speedup": "speedup_model", "step_ratio": "speedup_model",
     "HELD_OUT_ERROR": "speedup_model", "HELD_OUT_SHARE": "speedup_model", "CPU_HELD_OUT_ERROR": "speedup_model",
-    "feature_matrix": "encoding",
+    "feature_matrix": "encoding", "FEATURES": "encoding",
     "evidence_from_cell": "cell_evidence", "live_step_points": "cell_evidence",
     "load_priors": "priors",
     # the fitted policy
-    "Policy": "artifacts", "load_policy": "artifacts", "SpeedupEstimator": "estimator",
+    "Policy": "artifacts", "load_policy": "artifacts", "save_policy": "artifacts", "SpeedupEstimator": "estimator",
     # closed forms and the online controller's rules
     "chain_length": "scalar", "solve_alpha": "scalar", "tree_length": "scalar",
     "JEFFREYS": "online", "OnlineParams": "online", "beta_quantile": "online", "beta_var": "online",
@@ -50,14 +50,15 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = [  # every key of _EXPORTS (tests/test_recommend_pipeline.py checks they agree)
     "CPU_HELD_OUT_ERROR", "Calibration", "Candidate", "Config", "CostContext", "CostEvidence", "Evidence",
-    "HELD_OUT_ERROR", "HELD_OUT_SHARE", "JEFFREYS", "Latency",
+    "FEATURES", "HELD_OUT_ERROR", "HELD_OUT_SHARE", "JEFFREYS", "Latency",
     "ModelShape", "OnlineParams", "Policy", "Share", "SpeedupEstimator", "StepCost", "base_range", "base_speedup",
     "beta_quantile", "beta_var", "break_even", "break_even_from_ratio", "calibration_for", "chain",
     "chain_evidence", "chain_length", "config_cost", "configs_for", "decayed_update", "eagle_layer_shape",
     "engine_curve", "estimate", "evidence_from_cell", "expected_length", "expected_length_iid", "feature_matrix",
     "gate_next", "latency",
     "live_step_points", "load_calibration", "load_policy", "load_priors", "medusa_heads_shape",
-    "plain_step_seconds", "pooled_latency", "prefill_seconds", "solve_alpha", "speedup", "step_ratio", "tree_length",
+    "plain_step_seconds", "pooled_latency", "prefill_seconds", "save_policy", "solve_alpha", "speedup", "step_ratio",
+    "tree_length",
 ]
 
 
@@ -85,7 +86,7 @@ if TYPE_CHECKING:  # the same names, for type checkers
         expected_length,
         speedup,
     )
-    from policies.artifacts import Policy, load_policy
+    from policies.artifacts import Policy, load_policy, save_policy
     from policies.calibration import Calibration, calibration_for, load_calibration
     from policies.cell_evidence import evidence_from_cell, live_step_points
     from policies.costmodel import (
@@ -93,9 +94,9 @@ if TYPE_CHECKING:  # the same names, for type checkers
         eagle_layer_shape,
         medusa_heads_shape,
     )
+    from policies.encoding import FEATURES, feature_matrix
     from policies.estimation import estimate
     from policies.estimator import SpeedupEstimator
-    from policies.encoding import feature_matrix
     from policies.evidence import Candidate, CostEvidence, Evidence
     from policies.latency_model import (
         Latency,
@@ -119,5 +120,12 @@ if TYPE_CHECKING:  # the same names, for type checkers
     from policies.priors import load_priors
     from policies.roofline import ModelShape
     from policies.scalar import chain_length, solve_alpha, tree_length
-    from policies.speedup_model import CPU_HELD_OUT_ERROR, HELD_OUT_ERROR, HELD_OUT_SHARE, base_range, base_speedup, step_ratio
+    from policies.speedup_model import (
+        CPU_HELD_OUT_ERROR,
+        HELD_OUT_ERROR,
+        HELD_OUT_SHARE,
+        base_range,
+        base_speedup,
+        step_ratio,
+    )
     from policies.theory import expected_length_iid

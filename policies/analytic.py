@@ -22,7 +22,8 @@ from policies.scalar import chain_length, solve_alpha, tree_length
 MAX_CHAIN = 8
 TREE_DEPTHS = (3, 4, 5, 6, 8)
 TREE_TOPKS = (2, 4, 8)
-TREE_TOKENS = (6, 8, 12, 16, 32, 64)  # SGLang's num_draft_tokens: tree nodes + the root (small trees pay at larger batches)
+# SGLang's num_draft_tokens: tree nodes + the root (small trees pay at larger batches).
+TREE_TOKENS = (6, 8, 12, 16, 32, 64)
 
 
 @dataclass(frozen=True)

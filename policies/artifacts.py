@@ -36,8 +36,8 @@ import numpy as np
 import sklearn
 
 from picker.errors import UserError
-from policies.estimator import SpeedupEstimator
 from policies.encoding import FEATURES
+from policies.estimator import SpeedupEstimator
 
 SCHEMA = "specpicker.policy/1"
 PROBE_ROWS = 16
@@ -87,12 +87,14 @@ def save_policy(path: str | os.PathLike[str], est: SpeedupEstimator, X: np.ndarr
         "training": {"X": _nullable(X), "y": y.tolist(), "groups": list(groups) if groups is not None else None},
         "probe": {"X": _nullable(probe), "predictions": fitted.predict(probe).tolist()},
     }
-    Path(path).write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    target = Path(path)
+    tmp = target.with_name(f".{target.name}.tmp")  # written whole, then renamed: never half a file
+    tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, target)
 
 
-def load_policy(path: str | os.PathLike[str]) -> Policy:
-    """Read, refit and check an artifact; every problem is one :class:`UserError` naming the file."""
-    name = os.fspath(path)
+def _read(name: str) -> dict[str, Any]:
+    """An artifact's JSON, checked for its schema and feature layout (one :class:`UserError` each)."""
     try:
         data = json.loads(Path(name).read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -102,16 +104,39 @@ def load_policy(path: str | os.PathLike[str]) -> Policy:
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise UserError(f"not a policy artifact (schema {SCHEMA} expected)", file=name, field="schema")
     if data.get("features") != list(FEATURES):
-        raise UserError("written for another feature layout; refit it with this version", file=name,
-                        field="features")
-    params = data["estimator"]["params"]
+        raise UserError("written for another feature layout; refit it from its sweeps with this version",
+                        file=name, field="features")
+    return data
+
+
+def _estimator(data: dict[str, Any]) -> tuple[SpeedupEstimator, np.ndarray, np.ndarray, list[str] | None]:
+    """The artifact's estimator (unfitted) and its training rows."""
+    params = dict(data["estimator"]["params"])
     params["interval"] = tuple(params["interval"])
     params["domain_columns"] = tuple(params.get("domain_columns", ()))
     train = data["training"]
-    est = SpeedupEstimator(**params).fit(_array(train["X"]), np.asarray(train["y"]), groups=train["groups"])
+    return SpeedupEstimator(**params), _array(train["X"]), np.asarray(train["y"]), train["groups"]
+
+
+def load_policy(path: str | os.PathLike[str]) -> Policy:
+    """Read, refit and check an artifact; every problem is one :class:`UserError` naming the file."""
+    name = os.fspath(path)
+    data = _read(name)
+    est, X, y, groups = _estimator(data)
+    est.fit(X, y, groups=groups)
     probe = data["probe"]
     got = est.predict(_array(probe["X"]))
     if not np.allclose(got, probe["predictions"], rtol=PROBE_RTOL):
         raise UserError(f"refitting does not reproduce the stored predictions (scikit-learn {sklearn.__version__} "
-                        f"here, {data['sklearn']} when written); refit the policy", file=name, field="probe")
+                        f"here, {data['sklearn']} when written); refit the policy (specpick policy refit)",
+                        file=name, field="probe")
     return Policy(est, data["card"], name)
+
+
+def refit_policy(path: str | os.PathLike[str], out: str | os.PathLike[str]) -> None:
+    """Write ``path``'s estimator refitted on its own rows with this scikit-learn, card kept, to ``out``
+    (what a library upgrade that moves the stored predictions asks for)."""
+    data = _read(os.fspath(path))
+    est, X, y, groups = _estimator(data)
+    card = {k: v for k, v in data["card"].items() if k not in ("cross_validated_error", "rows")}
+    save_policy(out, est, X, y, groups, card)

@@ -26,10 +26,10 @@ therefore set ``launch_s_per_layer`` to 0 so that the roofline reproduces the fi
 applied to the load curve of the engine it was measured on, :func:`calibration_for` sets the curve's
 per-layer latencies to 0: the fitted fixed time holds them for the model timed). An efficiency is
 only written when enough points have their time set by its term, more than half of each (otherwise
-the data say nothing about it, and the engine's assumed value stays). Eager PyTorch on a GPU is the case in point: every forward of an 8B model takes
-~16 ms of kernel launches whatever it computes, and an efficiency fitted to the little that varies
-(0.059 of peak FLOP/s on an H200) means nothing; the fit leaves it out and says why
-(``FitQuality.notes``).
+the data say nothing about it, and the engine's assumed value stays). Eager PyTorch on a GPU is the
+case in point: every forward of an 8B model takes ~16 ms of kernel launches whatever it computes, and
+an efficiency fitted to the little that varies (0.059 of peak FLOP/s on an H200) means nothing; the
+fit leaves it out and says why (``FitQuality.notes``).
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 :func:`step_cost` prices a step on the max(memory, compute) roofline (the recommend scorer's path
 until it moves over); ``specpick estimate`` prices it on the load curve instead
 (``policies.estimation``, over ``policies.loadcurve``: smooth GEMM knee, CUDA-graph padding,
-speculative-path overhead growing with concurrency), which bench/load checks against the published
-batch curves.
+speculative-path overhead growing with concurrency), checked against the published batch curves
+(``docs/load-curve.md``).
 
 A speculative step = draft (cost set by the strategy's declared ``Capabilities.draft_cost``) +
 one target verify forward over N+1 tokens per sequence. Against plain decoding (one 1-token

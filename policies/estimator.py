@@ -53,7 +53,7 @@ class SpeedupEstimator(RegressorMixin, BaseEstimator):
     boosting_rounds, learning_rate, max_depth, min_samples_leaf, l2_regularization : the boosting
         (``HistGradientBoostingRegressor``; it reads NaN as "unknown", which candidate rows use).
         Defaults are set a priori for hundreds of rows from a dozen workloads -- shallow trees, large
-        leaves -- and were not tuned on the regret bench's held-out workloads.
+        leaves -- and were not tuned on the regret evaluation's held-out workloads (``docs/policy.md``).
     shrinkage : ``"cv"`` (choose λ from :data:`SHRINKAGE_GRID` by the out-of-fold median relative
         error, ties to the smaller λ) or a fixed factor in [0, 1]: predictions are
         base × exp(λ · correction).

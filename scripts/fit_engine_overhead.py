@@ -8,7 +8,7 @@ keeps every row beside its fit, so a test refits them (tests/test_overhead.py), 
 source: the run folders' ``specpick profile`` command lines, the machine's load, and a citation.
 
     $ python scripts/fit_engine_overhead.py --out policies/data/engine_overhead.json \\
-          --fit "llama_cpp|ngram|1|/work/logs/latency-real3/grid/ngram-N1-np1,/work/logs/latency-real3/grid/ngram-N4-np1" \\
+          --fit "llama_cpp|ngram|1|RUNS/grid/ngram-N1-np1,RUNS/grid/ngram-N4-np1" \\
           --note "real Qwen2.5-Coder pair, -t 1, load average 4-6 on 2 cores"
 
 A source may also be a regret run's rounds, ``RUN.rounds.jsonl@ngram:4`` (``rounds_observations``).

@@ -2,8 +2,8 @@
 
 One server per configuration (plain; the 0.5B draft at each N; ``ngram-simple``), run one
 after another, each sent the same prompts in the same order through its chat endpoint
-(``/v1/chat/completions``, the model's own chat template) at T=0. Reports tokens/s (the server's ``predicted_per_second``,
-decode only) and acceptance ``draft_n_accepted / draft_n`` from each response's ``timings``,
+(``/v1/chat/completions``, the model's own chat template) at T=0. Reports tokens/s (the server's
+``predicted_per_second``, decode only) and acceptance ``draft_n_accepted / draft_n`` from each response's ``timings``,
 and whether the text equals plain greedy's.
 
     $ python scripts/real_llamacpp_bench.py --server /work/engines/llamacpp/bin/llama-server \\

@@ -64,16 +64,19 @@ def counters_agree(summary: dict[str, Any]) -> dict[str, Any]:
             "decode_steps": sum(c["decode_steps"] for c in cells),
             "requests": sum(c["samples"] for c in cells)}
     server = {k: report.get(k) for k in ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "accepted_per_pos")}
-    ok = (sums["draft_tokens"] == server["num_draft_tokens"] and sums["accepted_tokens"] == server["num_accepted_tokens"]
+    ok = (sums["draft_tokens"] == server["num_draft_tokens"]
+          and sums["accepted_tokens"] == server["num_accepted_tokens"]
           and server["num_drafts"] is not None and server["num_drafts"] <= sums["decode_steps"])
     return {"agree": ok, "profiler": sums, "server": server,
             "rule": "sum(draft_tokens) == num_draft_tokens, sum(accepted_tokens) == num_accepted_tokens, "
                     "num_drafts <= sum(decode_steps) (the server counts only steps that drafted)"}
 
 
-def profile_command(url: str, plain_url: str | None, strategy: str, n: int, out: Path, a: argparse.Namespace) -> list[str]:
+def profile_command(url: str, plain_url: str | None, strategy: str, n: int, out: Path,
+                    a: argparse.Namespace) -> list[str]:
     return [sys.executable, "-c", "from picker.cli.main import app; app()", "profile", "--backend", "llamacpp",
-            "--url", url, *(["--plain-url", plain_url] if plain_url else []), "--strategies", strategy, "--num-draft-tokens", str(n),
+            "--url", url, *(["--plain-url", plain_url] if plain_url else []), "--strategies", strategy,
+            "--num-draft-tokens", str(n),
             "--temperatures", a.temperatures, "--limit-per-task", str(a.limit_per_task),
             "--max-new-tokens", str(a.max_new_tokens), "--ignore-eos", "--no-early-stop",
             "--concurrency", str(a.slots), "--no-plot", "--quiet", "--out", str(out),
@@ -109,7 +112,8 @@ def run(a: argparse.Namespace) -> int:
                 continue
             summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
             check = counters_agree(summary)
-            check.update(command=shlex.join(cmd[3:]), server_args=args + extra, wall_s=round(time.monotonic() - start, 1))
+            check.update(command=shlex.join(cmd[3:]), server_args=args + extra,
+                         wall_s=round(time.monotonic() - start, 1))
             (out / "counters.json").write_text(json.dumps(check, indent=1) + "\n", encoding="utf-8")
             print(f"{name}: counters agree={check['agree']} {check['profiler']} vs {check['server']} "
                   f"({check['wall_s']} s)", flush=True)

@@ -71,7 +71,8 @@ def _post(url: str, body: dict[str, Any]) -> dict[str, Any]:
 
 
 def policy_choice(profile: Path, measurements: Path | None) -> tuple[str, dict[str, Any]]:
-    cmd = [sys.executable, "-c", "from picker.cli.main import app; app()", "recommend", str(profile), "--format", "json"]
+    cmd = [sys.executable, "-c", "from picker.cli.main import app; app()", "recommend", str(profile),
+           "--format", "json"]
     if measurements is not None:
         cmd += ["--measurements", str(measurements)]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
@@ -80,7 +81,8 @@ def policy_choice(profile: Path, measurements: Path | None) -> tuple[str, dict[s
     rec = json.loads(proc.stdout)
     d = rec["decision"]
     config = "plain" if d["strategy"] == "none" else f"{d['strategy']}:{d['num_speculative_tokens']}"
-    return config, {"command": shlex.join(cmd[3:]), "decision": {k: d[k] for k in ("strategy", "num_speculative_tokens")},
+    return config, {"command": shlex.join(cmd[3:]),
+                    "decision": {k: d[k] for k in ("strategy", "num_speculative_tokens")},
                     "predicted_speedup": rec["predicted_speedup"], "evidence": rec["evidence"]["source"],
                     "per_task": [{k: r.get(k) for k in ("task", "strategy", "alpha", "predicted_speedup")}
                                  for r in rec["per_task"]]}

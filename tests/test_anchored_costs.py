@@ -127,7 +127,8 @@ def test_one_measured_length_carries_to_others_in_the_cost_models_shape(strategy
     split = replace(cost, unsplit_units=0.0)  # the same numbers read the old way: all per forward
 
     def ratio(n: int, c: CostEvidence) -> float:
-        return step_ratio(Candidate(caps, n, 1, n + 1, 0.0, 1, 1024, "code", Evidence(0.7, 0.7, 0.7, cost=c), costs.ctx))
+        ev = Evidence(0.7, 0.7, 0.7, cost=c)
+        return step_ratio(Candidate(caps, n, 1, n + 1, 0.0, 1, 1024, "code", ev, costs.ctx))
 
     m1 = model_cost(costs, next(o for o in options_for(profile, load_strategies(), costs.ctx.target)
                                 if o.plugin.name == strategy and o.config.depth == 1 and not o.config.is_tree), 1)

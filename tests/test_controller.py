@@ -354,7 +354,8 @@ def _serving_example():
 
 
 def _engine_available() -> bool:
-    return all(importlib.util.find_spec(m) is not None for m in ("torch", "picker.engine.loop", "picker.engine.backend"))
+    needed = ("torch", "picker.engine.loop", "picker.engine.backend")
+    return all(importlib.util.find_spec(m) is not None for m in needed)
 
 
 def _run_drop_on_engine(target, draft, reqs: list, broken: range) -> None:

@@ -7,8 +7,8 @@ from pathlib import Path
 import yaml
 
 from picker.inputs.workload import load_profile
-from picker.recommend.schedule import merge_schedule
 from picker.recommend.pipeline import recommend
+from picker.recommend.schedule import merge_schedule
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -36,7 +36,10 @@ def test_larger_batches_predict_less(tmp_path: Path) -> None:
     big = tmp_path / "big"
     big.mkdir()
     large = _variant(big, "code-assistant-8b-a100.yaml", traffic__concurrency=[{"batch_size": 256, "weight": 1.0}])
-    assert recommend(load_profile(small)).recommendation.predicted_speedup.mean > recommend(load_profile(large)).recommendation.predicted_speedup.mean
+    def mean(path: Path) -> float:
+        return recommend(load_profile(path)).recommendation.predicted_speedup.mean
+
+    assert mean(small) > mean(large)
 
 
 def test_no_drafters_and_no_lookup_means_off(tmp_path: Path) -> None:

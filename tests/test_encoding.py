@@ -71,7 +71,7 @@ def test_the_shipped_artifact_predicts_as_before_the_split() -> None:
 
 
 def test_every_column_is_named_once_and_read_by_name() -> None:
-    assert FEATURES == tuple(name for name, _ in ENCODING) and len(set(FEATURES)) == len(FEATURES)
+    assert tuple(name for name, _ in ENCODING) == FEATURES and len(set(FEATURES)) == len(FEATURES)
     for c in rows():
         row = dict(zip(FEATURES, feature_row(c)))
         assert len(row) == len(FEATURES)

@@ -143,8 +143,8 @@ from policies import analytic  # noqa: E402
 from policies.cell_evidence import evidence_from_cell  # noqa: E402
 from policies.encoding import FEATURES, feature_matrix  # noqa: E402
 from policies.evidence import Candidate, CostEvidence, Evidence  # noqa: E402
-from policies.speedup_model import base_range, base_speedup, step_ratio  # noqa: E402
 from policies.roofline import ModelShape  # noqa: E402
+from policies.speedup_model import base_range, base_speedup, step_ratio  # noqa: E402
 
 DRAFT = Capabilities(needs_draft_model=True)
 CTX = analytic.CostContext(ModelShape.from_params(8e9), get_hardware("h100-sxm"), "vllm", 2048,
@@ -171,7 +171,8 @@ def test_measured_costs_batch_and_prefill_enter_as_stated() -> None:
 
 
 def test_per_position_rates_set_the_expected_length() -> None:
-    ev = Evidence(0.5, 0.5, 0.5, "measured", per_position=(1.0, 1.0), cost=CostEvidence(0.0, verify=((1.0, 1.0), (9.0, 1.0))))
+    flat = CostEvidence(0.0, verify=((1.0, 1.0), (9.0, 1.0)))
+    ev = Evidence(0.5, 0.5, 0.5, "measured", per_position=(1.0, 1.0), cost=flat)
     c = Candidate(DRAFT, depth=3, evidence=ev)
     assert base_speedup(c) == pytest.approx(1 + 1 + 1 + 0.5)    # two sure positions, the third at the tail alpha
 
@@ -439,8 +440,8 @@ def test_a_drafter_that_samples_chains_is_scored_as_the_chain_it_runs() -> None:
 def test_measured_sibling_odds_shape_trees_only() -> None:
     """A cell's sibling_accept (picker.engine.siblings) sets a tree's E[L] from the measured odds; chains
     keep their model."""
-    from policies.speedup_model import expected_length
     from policies.scalar import tree_length
+    from policies.speedup_model import expected_length
 
     caps = Capabilities(trainable_heads=True, tree=True)
     cell = {**_chain_cell(4, 1.0), "sibling_accept": [0.3, 0.2, 0.15]}

@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 from picker.cli.main import app
 from policies.artifacts import save_policy
-from policies.estimator import SpeedupEstimator
 from policies.encoding import FEATURES
+from policies.estimator import SpeedupEstimator
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILE = ROOT / "profiles" / "code-assistant-8b-a100.yaml"

@@ -11,8 +11,8 @@ from picker.cli.main import app
 from tests.bad_inputs import LLAMA_CONFIG
 
 runner = CliRunner()
-FLAGS = ["--model", "llama-3.1-8b-instruct", "--hardware", "H100", "--engine", "vllm", "--task-mix", "chat=0.7,code=0.3",
-         "--concurrency", "32", "--temperature", "0.7", "--itl-p99-ms", "50"]
+FLAGS = ["--model", "llama-3.1-8b-instruct", "--hardware", "H100", "--engine", "vllm",
+         "--task-mix", "chat=0.7,code=0.3", "--concurrency", "32", "--temperature", "0.7", "--itl-p99-ms", "50"]
 
 
 def test_init_writes_a_profile_recommend_accepts_unchanged(tmp_path: Path) -> None:

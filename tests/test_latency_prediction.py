@@ -109,7 +109,7 @@ def test_rollout_gate_is_the_predicted_itl_ratio() -> None:
     rec = recommend(load_profile(ROOT / "profiles" / "code-assistant-8b-a100.yaml")).recommendation
     (gate,) = [s.gate for s in rec.rollout if s.name == "watch tail latency"]
     assert "within 5% of the baseline" not in gate
-    assert f"predicted " in gate and f"{ITL_GATE_TOLERANCE:.0%} tolerance" in gate
+    assert "predicted " in gate and f"{ITL_GATE_TOLERANCE:.0%} tolerance" in gate
     ratio = float(gate.split("predicted ")[1].split("x")[0])
     assert float(gate.split("at most ")[1].split("x")[0]) == pytest.approx(ratio * (1 + ITL_GATE_TOLERANCE), abs=0.011)
 

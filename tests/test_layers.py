@@ -32,7 +32,7 @@ def test_every_layer_contract_is_kept() -> None:
 
 
 def _planted_copy(tmp_path: Path) -> Path:
-    for pkg in PACKAGES:
+    for pkg in (*PACKAGES, "bench"):  # bench: a root package too, so the no-bench contract can name it
         shutil.copytree(ROOT / pkg, tmp_path / pkg, ignore=shutil.ignore_patterns("__pycache__", "data"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     return tmp_path
@@ -42,9 +42,12 @@ def _planted_copy(tmp_path: Path) -> Path:
     # The engine reaching up into the CLI: the layers contract names the import and its line.
     ("picker/engine/tree.py", "import picker.cli.main", "picker.engine.tree -> picker.cli.main"),
     # A strategy reading the profiler: the strategies contract.
-    ("strategies/ngram/drafter.py", "import picker.profiler.records", "strategies.ngram.drafter -> picker.profiler.records"),
+    ("strategies/ngram/drafter.py", "import picker.profiler.records",
+     "strategies.ngram.drafter -> picker.profiler.records"),
     # Recommend running a model.
     ("picker/recommend/render.py", "import picker.engine.loop", "picker.recommend.render -> picker.engine.loop"),
+    # The package reaching into a benchmark: the no-bench contract.
+    ("policies/theory.py", "import bench.load.run", "policies.theory -> bench.load.run"),
 ])
 def test_a_planted_violation_fails_naming_the_import(tmp_path: Path, module: str, planted: str, shown: str) -> None:
     tree = _planted_copy(tmp_path)

@@ -139,26 +139,6 @@ def test_estimate_falls_with_batch_on_the_issue_example() -> None:
     assert set(runs[0]["curve_constants"]) >= {"gemm_efficiency", "knee_p", "spec_overhead_base"}
 
 
-def test_published_bench_never_sees_sglang_and_meets_its_goal() -> None:
-    from bench.load.data import load_points
-    from bench.load.predict import by_curve
-    from bench.load.run import GOAL, all_predictions, loso
-
-    from bench.load.run import shipped_predictions
-
-    points, skipped = load_points()
-    assert not any("sglang" in p.engine_name.lower() or p.engine == "sglang" for p in points)
-    assert any(reason.startswith("RESERVED") for _, _, reason in skipped)
-    shipped = sorted(abs(p.error) for p in shipped_predictions(by_curve(points)))
-    assert len(shipped) == 60 and shipped[len(shipped) // 2] <= GOAL  # nothing fitted on these curves
-    table = all_predictions(by_curve(points))
-    held, thetas = loso(table)
-    assert {p.point.source for p in held} == set(thetas)
-    median = sorted(abs(p.error) for p in held)[len(held) // 2]
-    assert median <= GOAL
-    assert all(math.isfinite(p.predicted) for p in held)
-
-
 def test_deep_small_draft_pays_a_per_layer_latency() -> None:
     # arXiv:2601.11580 Fig. 4: a Qwen3-0.6B draft is ~47% of a Qwen3-8B step at batch 1, far more
     # than its bytes (~7% of the target's) explain: its 28 layers' latency is most of its time.
@@ -180,21 +160,6 @@ def test_verifying_several_tokens_per_sequence_is_not_free_at_small_batch() -> N
     wide = forward(LLAMA8B, H100, 4, 4, 0, gpt)
     assert wide.layer_seconds == forward(LLAMA8B, H100, 1, 1, 0, gpt).layer_seconds
     assert forward(LLAMA8B, H100, 4, 1, 0, gpt).layer_seconds > wide.layer_seconds
-
-
-def test_shipped_fixed_costs_are_what_their_calibration_solves() -> None:
-    from bench.load.checks import calibrate
-
-    curve = engine_curve("vllm")
-    for key, value in calibrate().items():
-        assert getattr(curve, key) == pytest.approx(value, rel=1e-3, abs=1e-9), key
-
-
-def test_shipped_knee_fits_single_gemm_timings() -> None:
-    from bench.load.knee import check
-
-    err, _, _, p = check()
-    assert p == engine_curve("vllm").knee_p and err < 0.03  # vLLM PR #49363, 9 GEMM timings
 
 
 def test_host_work_per_sequence_is_paid_by_every_step_and_the_speculative_path() -> None:
@@ -238,7 +203,8 @@ def test_a_model_drafter_pays_its_host_work_per_sequence_per_draft_forward() -> 
                               calibration={own: 1e-4, **others}).draft_seconds
             assert after - before == pytest.approx(batch * forwards * 1e-4), kind
             assert before == step_cost(kind, LLAMA8B, H100, batch, 4, 5, 512, "hf").draft_seconds, kind
-        eager = with_constants(base, **{n: 1e-4 for name in DRAFT_HOST_TERMS.values() for n in (name, f"sampling_{name}")})
+        terms = [n for name in DRAFT_HOST_TERMS.values() for n in (name, f"sampling_{name}")]
+        eager = with_constants(base, **dict.fromkeys(terms, 1e-4))
         for kind in ("cpu_lookup", "in_forward"):
             assert (draft_seconds(kind, LLAMA8B, H100, batch, 4, 1, 512, eager, sampled=True)
                     == draft_seconds(kind, LLAMA8B, H100, batch, 4, 1, 512, base))

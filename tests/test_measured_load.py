@@ -94,7 +94,8 @@ def test_measured_gain_prices_the_measured_range_and_the_model_the_rest(zoo_load
             else:  # a gain above what one plain-step-priced step can give: the floor binds
                 assert mean <= gains[(n, level)]
         r2, r4 = cost(index, costs, row.option, 2).step_ratio, cost(index, costs, row.option, 4).step_ratio
-        assert cost(index, costs, row.option, 3).step_ratio == pytest.approx(r2 + (r4 - r2) * math.log(1.5) / math.log(2))
+        between = r2 + (r4 - r2) * math.log(1.5) / math.log(2)
+        assert cost(index, costs, row.option, 3).step_ratio == pytest.approx(between)
         for batch in (8, 64):  # outside: the load curve, never the measured ends carried on
             c = cost(index, costs, row.option, batch)
             assert cost_source(c) == MODEL and c == model_cost(costs, row.option, batch)
@@ -108,7 +109,8 @@ def test_a_measured_level_prices_every_length_with_its_own_timings(zoo_load: dic
     from picker.inputs.workload import load_profile
     from picker.recommend.evidence_index import evidence, evidence_at, index_evidence
 
-    index = index_evidence(load_profile(zoo_load["profile"]), load_measurements(zoo_load["summary"]), measured_costs=True)
+    index = index_evidence(load_profile(zoo_load["profile"]), load_measurements(zoo_load["summary"]),
+                           measured_costs=True)
     medusa = load_strategies()["medusa"]
     low = evidence(index, medusa, "code", 0.0, 1)
     assert low.cost is not None and low.cost.batch == 1
@@ -191,8 +193,8 @@ def test_the_schedule_follows_the_measurement_inside_and_says_model_outside(zoo_
     # TensorRT-LLM runs Medusa at one length at every batch (no draft_len_schedule for it): the rows
     # then also split where the predicted range stops clearing the bar, and such a level stays on, saying so.
     engine = prof.engine.name
-    fixed = not runs_batch_schedule(engine, load_strategies()["medusa"], rec.decision.tree.topk if rec.decision.tree else 1,
-                                    prof.engine.version)
+    topk = rec.decision.tree.topk if rec.decision.tree else 1
+    fixed = not runs_batch_schedule(engine, load_strategies()["medusa"], topk, prof.engine.version)
     for r in rows:
         inside = r.max_batch is not None and r.max_batch <= LEVELS[-1]
         assert r.step_cost == ("measured" if inside else "model"), r

@@ -27,8 +27,10 @@ from picker.recommend.pipeline import recommend
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILES = sorted((ROOT / "profiles").glob("*.yaml"))
-MEASURED = {p.name.removesuffix(".summary.json"): p for p in (ROOT / "profiles" / "measurements").glob("*.summary.json")}
-CASES = [(p, None) for p in PROFILES] + [(ROOT / "profiles" / f"{name}.yaml", m) for name, m in sorted(MEASURED.items())]
+MEASURED = {p.name.removesuffix(".summary.json"): p
+            for p in (ROOT / "profiles" / "measurements").glob("*.summary.json")}
+CASES = [(p, None) for p in PROFILES] + [(ROOT / "profiles" / f"{name}.yaml", m)
+                                         for name, m in sorted(MEASURED.items())]
 runner = CliRunner()
 
 

@@ -29,7 +29,8 @@ def _one_error(args: list[str]) -> str:
     (["--plot", "/nonexistent/dir/why.png"], "--plot: parent directory does not exist"),
     (["--plot", "x.txt"], "--plot: cannot draw a .txt file; name it .png, .svg or .pdf"),
     (["--out", "/nonexistent/dir/plan.md"], "--out: parent directory does not exist"),
-    (["--format", "json", "--out", "plan.md"], "--out: a .md file for --format json; name it .json, or pass --format md"),
+    (["--format", "json", "--out", "plan.md"],
+     "--out: a .md file for --format json; name it .json, or pass --format md"),
     (["--out", "plan.yaml"], "--out: a .yaml file for --format md"),
 ])
 def test_recommend_refuses_a_bad_output_before_any_work(tmp_path: Path, args: list[str], says: str) -> None:

@@ -11,6 +11,7 @@ import pytest
 from picker.profiler.latency import Timing
 from picker.profiler.overhead import Observation, fit_overhead, observations, pooled
 from picker.profiler.records import CellKey, Record
+
 DATA = Path(__file__).resolve().parents[1] / "policies" / "data" / "engine_overhead.json"
 
 
@@ -46,8 +47,9 @@ def test_a_constant_draft_length_merges_the_drafting_step_and_its_tokens() -> No
 def test_a_constant_drafting_share_folds_into_the_per_step_charge() -> None:
     rows = [Observation(r.steps, r.steps, r.drafted * r.steps // max(r.draft_steps, 1), 0.0, r.plain_step_s)
             for r in _rows(0.0, 0.0, 0.0, (1, 4))]  # every step drafts
-    rows = [Observation(r.steps, r.draft_steps, r.drafted, r.plain_step_s * r.steps * (1.1 + 0.2 + 0.05 * r.drafted / r.steps),
-                        r.plain_step_s) for r in rows]
+    rows = [Observation(r.steps, r.draft_steps, r.drafted,
+                        r.plain_step_s * r.steps * (1.1 + 0.2 + 0.05 * r.drafted / r.steps), r.plain_step_s)
+            for r in rows]
     fit = fit_overhead(rows)
     assert fit.per_draft_step is None and "per_step is per_step + 1.00 x per_draft_step" in fit.merged
     assert fit.per_step is not None and fit.per_step.value == pytest.approx(0.3, abs=1e-6)
@@ -59,7 +61,8 @@ def test_too_few_rows_is_refused() -> None:
         fit_overhead(_rows(0.0, 0.0, 0.0, (1,))[:2])
 
 
-def _record(strategy: str, steps: int, seconds: float, round_: int, *, drafted: int = 0, draft_steps: int = 0) -> Record:
+def _record(strategy: str, steps: int, seconds: float, round_: int, *, drafted: int = 0,
+            draft_steps: int = 0) -> Record:
     cell = CellKey(task="code", strategy=strategy, num_draft_tokens=0 if strategy == "plain" else 2, temperature=0.0)
     timing = Timing(ttft_s=0.1, e2e_s=0.1 + seconds + 1.0, gaps_s=(seconds,), chunks=(1, 1),
                     engine={"predicted_ms": seconds * 1e3})
@@ -69,7 +72,8 @@ def _record(strategy: str, steps: int, seconds: float, round_: int, *, drafted: 
 
 def test_observations_pair_each_request_with_plain_in_its_own_round() -> None:
     records = [_record("plain", 10, 1.0, 0), _record("plain", 10, 2.0, 1),
-               _record("ngram", 5, 0.6, 0, drafted=8, draft_steps=4), _record("ngram", 5, 1.2, 1, drafted=2, draft_steps=1)]
+               _record("ngram", 5, 0.6, 0, drafted=8, draft_steps=4),
+               _record("ngram", 5, 1.2, 1, drafted=2, draft_steps=1)]
     rows = observations(records)
     # the engine's own decode clock (predicted_ms), not the client's span; plain's pace from the same round
     assert [(r.steps, r.draft_steps, r.drafted, r.seconds, r.plain_step_s) for r in rows] == [
@@ -89,7 +93,8 @@ def test_the_shipped_constants_are_the_fit_of_the_shipped_rows() -> None:
 
 
 def test_pooling_sums_a_cells_rows_against_plain_weighted_by_steps() -> None:
-    rows = [Observation(10, 5, 5, 2.0, 0.1, "a"), Observation(30, 0, 0, 4.0, 0.2, "a"), Observation(5, 5, 5, 1.0, 0.1, "b")]
+    rows = [Observation(10, 5, 5, 2.0, 0.1, "a"), Observation(30, 0, 0, 4.0, 0.2, "a"),
+            Observation(5, 5, 5, 1.0, 0.1, "b")]
     a, b = pooled(rows)
     assert (a.steps, a.draft_steps, a.drafted, a.seconds, a.label) == (40, 5, 5, 6.0, "a")
     assert a.plain_step_s == pytest.approx((0.1 * 10 + 0.2 * 30) / 40) and b == rows[2]

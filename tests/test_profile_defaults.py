@@ -86,7 +86,8 @@ def test_traffic_defaults_are_stated_values(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("written, gpu, count, note", [
-    ("H100", "h100-sxm", 1, "h100-pcie"), ("4x H100", "h100-sxm", 4, "h100-pcie"), ("2 x a100", "a100-80gb", 2, "a100-40gb"),
+    ("H100", "h100-sxm", 1, "h100-pcie"), ("4x H100", "h100-sxm", 4, "h100-pcie"),
+    ("2 x a100", "a100-80gb", 2, "a100-40gb"),
     ("h100-pcie", "h100-pcie", 1, None), ("{gpu: h200, count: 8}", "h200", 8, None),
 ])
 def test_hardware_names(tmp_path: Path, written: str, gpu: str, count: int, note: str | None) -> None:
@@ -111,7 +112,8 @@ def test_model_from_a_hugging_face_folder(tmp_path: Path, form: str) -> None:
              "hf_config-file": "{name: org/my-llama, hf_config: My-Llama/config.json}"}[form]
     p = _load(tmp_path, ISSUE_EXAMPLE.replace("model: llama-3.1-8b-instruct", f"model: {model}"))
     s = p.model_shape()
-    assert (s.num_layers, s.hidden_size, s.num_attention_heads, s.num_kv_heads, s.vocab_size) == (32, 4096, 32, 8, 128256)
+    got = (s.num_layers, s.hidden_size, s.num_attention_heads, s.num_kv_heads, s.vocab_size)
+    assert got == (32, 4096, 32, 8, 128256)
     assert s.params_estimated and s.params / 1e9 == pytest.approx(8.03, rel=0.005)
     assert "config.json" in next(d.why for d in p.defaults_applied if d.field == "model")
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from picker.profiler.vllm_server import Server
 from picker.cli.main import app
+from picker.profiler.vllm_server import Server
 
 ROOT = Path(__file__).resolve().parents[1]
 ENGINES = Path(os.environ.get("SPECPICKER_ENGINES_DIR", ROOT / ".engines"))
@@ -67,7 +67,8 @@ def test_vllm_ngram_on_the_zoo(tmp_path: Path) -> None:
         server.wait_up()
         result = runner.invoke(app, ["profile", "--backend", "vllm", "--url", url, "--strategies", "ngram",
                                      "--tasks", "summarization,creative", "--temperatures", "0",
-                                     "--limit-per-task", "8", "--max-new-tokens", "48", "--ignore-eos", "--concurrency", "4",
+                                     "--limit-per-task", "8", "--max-new-tokens", "48", "--ignore-eos",
+                                     "--concurrency", "4",
                                      "--no-early-stop", "--quiet", "--out", str(tmp_path / "run")])
         assert result.exit_code == 0, result.output
     finally:

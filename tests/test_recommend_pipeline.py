@@ -68,7 +68,8 @@ def test_decide_reads_the_table_and_never_the_scoring_functions(path: Path, monk
 
 
 def _numbers(table) -> dict:  # noqa: ANN001 - (strategy, config) -> every scored speedup, and the step cost
-    return {(r.plugin.name, r.config): (dict(r.speedups), r.cost.step_ratio, dict(r.costs_by_batch)) for r in table.rows}
+    return {(r.plugin.name, r.config): (dict(r.speedups), r.cost.step_ratio, dict(r.costs_by_batch))
+            for r in table.rows}
 
 
 @pytest.mark.parametrize("name", ["chat-70b-h100", "code-assistant-qwen-llamacpp"])

@@ -53,7 +53,8 @@ def test_the_report_in_headless_chromium(tmp_path: Path) -> None:
                                        "i.naturalHeight])")
         assert {i[0] for i in images} == {"plot-alpha", "plot-gain-n", "plot-gain-batch", "plot-measured"}
         assert all(done and w > 0 and h > 0 for _, done, w, h in images), images
-        targets = browser.evaluate(tab, "Array.from(document.querySelectorAll('button.copy')).map(b => b.dataset.target)")
+        script = "Array.from(document.querySelectorAll('button.copy')).map(b => b.dataset.target)"
+        targets = browser.evaluate(tab, script)
         assert len(targets) == len(expected) >= 3
         copied = []
         for ident in targets:

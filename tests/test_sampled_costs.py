@@ -2,7 +2,7 @@
 T > 0 with the load curve's ``sampling_*`` host terms, ``specpick estimate --temperature`` too.
 
 The terms are the ones the shipped calibration of the reference loop measured
-(``bench/load/zoo-ci-cpu-calibration-2026-12-03.json``, engine ``hf``, every ``sampling_*`` term
+(``tests/data/zoo-ci-cpu-calibration-2026-12-03.json``, engine ``hf``, every ``sampling_*`` term
 positive); every shipped engine curve has them at zero, so a deployment on one prices T > 0 as T = 0.
 """
 
@@ -25,7 +25,7 @@ from picker.recommend.table import Bucket
 from policies import calibration_for, speedup
 
 ROOT = Path(__file__).resolve().parents[1]
-CAL = ROOT / "bench" / "load" / "zoo-ci-cpu-calibration-2026-12-03.json"
+CAL = ROOT / "tests" / "data" / "zoo-ci-cpu-calibration-2026-12-03.json"
 PROFILE = ROOT / "profiles" / "code-assistant-qwen-llamacpp.yaml"  # hardware cpu, a draft model
 runner = CliRunner()
 

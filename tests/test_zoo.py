@@ -129,7 +129,7 @@ def test_report_records_sizes_and_costs(ci_report: dict[str, Any]) -> None:
     params = ci_report["params"]
     assert params["target"] > 5 * params["draft"]
     costs = ci_report["costs"]
-    assert costs["six_vs_one"] > 0 and 0 < costs["draft_vs_target"]  # values: see the report
+    assert costs["six_vs_one"] > 0 and costs["draft_vs_target"] > 0  # values: see the report
     for agree in ci_report["agreement"].values():
         assert 0 < agree["greedy_agreement"] <= 1 and 0 < agree["alpha_t1"] <= 1
 

@@ -78,7 +78,8 @@ def report(overrides: Mapping[str, float] | None = None) -> str:
     sim_plain, sim_draft = SIM_PLAIN_S, SIM_EAGLE_DRAFT_S
     lines += [f"| plain decode step, Llama-3.1-8B (simulator incl. 1.21 ms fixed) | 1 | {sim_plain * 1e3:.2f} ms "
               f"| {c.plain_seconds * 1e3:.2f} ms |",
-              f"| EAGLE draft, chain of 3 (simulator) | 1 | {sim_draft * 1e3:.2f} ms | {c.draft_seconds * 1e3:.2f} ms |"]
+              f"| EAGLE draft, chain of 3 (simulator) | 1 | {sim_draft * 1e3:.2f} ms "
+              f"| {c.draft_seconds * 1e3:.2f} ms |"]
     return "\n".join(lines) + "\n"
 
 
@@ -122,7 +123,7 @@ def write(theta: Mapping[str, float], path: Path = CONSTANTS_PATH) -> None:
     data = json.loads(path.read_text(encoding="utf-8"))
     for key, value in theta.items():
         data["default"][key] = {"value": float(f"{value:.4g}"), "kind": "fitted",
-                                "source": f"solved by python -m bench.load.checks --write {_WHY[key]}"}
+                                "source": f"solved (docs/load-curve.md) {_WHY[key]}"}
     path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
 
 

@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.load.measured import wave_rounds
+from picker.profiler.load_check import wave_rounds
 
 ESTIMATORS = ("throughput_gain_vs_plain", "speedup_vs_plain")
 

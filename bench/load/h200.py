@@ -87,13 +87,14 @@ def report(timings: Sequence[ShapeTimings], base: EngineCurve, fitted: Mapping[s
 def write(fitted: Mapping[str, float], path: Path = CONSTANTS_PATH) -> None:
     """Store the all-shapes fit as the file's defaults, each saying what it was fitted to."""
     data = json.loads(path.read_text(encoding="utf-8"))
-    why = (f"fitted by python -m bench.load.h200 --write to the {CITATION}: Llama-3-8B and Llama-3.2-1B shapes "
+    why = (f"fitted by policies.forward_fit to the {CITATION}: Llama-3-8B and Llama-3.2-1B shapes "
            "replayed from CUDA graphs, B 1..256, k 1..16, context 1024 (policies/data/h200_forward/); "
            "mean |log error| of 90 forward times with bw_efficiency held at 0.8; leave-one-shape-out verify-ratio "
-           "errors in bench/load/README.md")
+           "errors in docs/load-curve.md")
     notes = {
         "layer_latency_s": " (a plain-PyTorch implementation's unfused kernels: a tuned engine's layers may take less; "
-                           "the same value gives vLLM's Qwen3-0.6B draft share, python -m bench.load.checks)",
+                           "the same value gives vLLM's Qwen3-0.6B draft share: the absolute checks of "
+                           "docs/load-curve.md)",
         "verify_layer_s": " (multi-token attention and GEMM kernels: +4-8% of a step at batch 1-8)",
     }
     for key, value in fitted.items():

@@ -18,10 +18,10 @@ decoding measured beside it (same task, temperature and concurrency), the latenc
 
 Then p99 ITL = the model's quantile of step + other requests' prefills (Poisson per gap, for a
 wave's finite number of requests: a static wave, ``--wave-rounds 1``, admits all its prompts at once,
-so no prefill lands in a gap), and mean TPOT = (step + prefills per gap × prefill) / E[L]. Printed: predicted vs measured, the ratio,
-and the median absolute relative error per engine and figure. The measured p99 carries the
-machine's jitter (a shared 2-core box: a preempted thread is a 100 ms gap), which the model does
-not; ``+jitter`` adds the plain cell's own p99 - p50 excess (also from plain decoding only).
+so no prefill lands in a gap), and mean TPOT = (step + prefills per gap × prefill) / E[L]. Printed:
+predicted vs measured, the ratio, and the median absolute relative error per engine and figure. The
+measured p99 carries the machine's jitter (a shared 2-core box: a preempted thread is a 100 ms gap),
+which the model does not; ``+jitter`` adds the plain cell's own p99 - p50 excess (also from plain decoding only).
 
     D=bench/load/latency-data
     python bench/load/latency_validation.py --zoo $D/zoo-static-waves.summary.json $D/zoo-wave-rounds-4.summary.json \\
@@ -91,7 +91,8 @@ def _prompt_tokens(run_dir: Path) -> float:
     return statistics.fmean(lengths) if lengths else ZOO_PROMPT_TOKENS
 
 
-def _joint_shares(baselines: list[dict[str, Any]], prefill: dict[tuple[str, float], float]) -> dict[tuple[str, float], float]:
+def _joint_shares(baselines: list[dict[str, Any]],
+                  prefill: dict[tuple[str, float], float]) -> dict[tuple[str, float], float]:
     """What a further prompt adds to a prefill forward (``policies.latency_model.joint_prefill``), from
     plain decoding: its first wave at the highest concurrency C prefills C prompts together, so its
     median TTFT over the one-prompt TTFT is 1 + (C - 1) · share."""
@@ -193,9 +194,10 @@ def main(argv: list[str] | None = None) -> int:
           "| ratio | ratio +jitter |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in out:
-        print(f"| {r['engine']} | {r['task']} T={r['temperature']:g} {r['config']} | {r['concurrency']} | {r['tau']:.2f} "
-              f"| {r['how']} | {r['R']:.2f} | {r['pred_tpot_ms']:.1f} | {r['tpot_ms']:.1f} "
-              f"| {r['pred_tpot_ms'] / r['tpot_ms']:.2f} | {r['pred_itl_p99_ms']:.1f} | {r['pred_itl_p99_jitter_ms']:.1f} "
+        print(f"| {r['engine']} | {r['task']} T={r['temperature']:g} {r['config']} | {r['concurrency']} "
+              f"| {r['tau']:.2f} | {r['how']} | {r['R']:.2f} | {r['pred_tpot_ms']:.1f} | {r['tpot_ms']:.1f} "
+              f"| {r['pred_tpot_ms'] / r['tpot_ms']:.2f} | {r['pred_itl_p99_ms']:.1f} "
+              f"| {r['pred_itl_p99_jitter_ms']:.1f} "
               f"| {r['itl_p99_ms']:.1f} | {r['pred_itl_p99_ms'] / r['itl_p99_ms']:.2f} "
               f"| {r['pred_itl_p99_jitter_ms'] / r['itl_p99_ms']:.2f} |")
     print("\nmedian |predicted / measured - 1| (cells):")
@@ -207,7 +209,8 @@ def main(argv: list[str] | None = None) -> int:
             tp = statistics.median(_err(r["pred_tpot_ms"], r["tpot_ms"]) for r in sel)
             p9 = statistics.median(_err(r["pred_itl_p99_ms"], r["itl_p99_ms"]) for r in sel)
             pj = statistics.median(_err(r["pred_itl_p99_jitter_ms"], r["itl_p99_ms"]) for r in sel)
-            print(f"  {engine:9s} R={how:6s} n={len(sel):3d}  TPOT {tp:6.1%}   p99 ITL {p9:6.1%}   p99 ITL +jitter {pj:6.1%}")
+            print(f"  {engine:9s} R={how:6s} n={len(sel):3d}  TPOT {tp:6.1%}   p99 ITL {p9:6.1%}   "
+                  f"p99 ITL +jitter {pj:6.1%}")
             for name, part in (("C=1", [r for r in sel if r["concurrency"] == 1]),
                                ("C>1", [r for r in sel if r["concurrency"] > 1])):
                 if part:

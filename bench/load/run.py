@@ -70,7 +70,9 @@ def fit(table: list[tuple[dict[str, float], list[Prediction]]], leave_out: str |
     return min(table, key=lambda row: loss([p for p in row[1] if p.point.source != leave_out]))[0]
 
 
-def loso(table: list[tuple[dict[str, float], list[Prediction]]]) -> tuple[list[Prediction], dict[str, dict[str, float]]]:
+def loso(
+    table: list[tuple[dict[str, float], list[Prediction]]],
+) -> tuple[list[Prediction], dict[str, dict[str, float]]]:
     """Each source's points predicted with constants fitted without it."""
     sources = sorted({p.point.source for p in table[0][1]})
     held: list[Prediction] = []

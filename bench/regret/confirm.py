@@ -61,14 +61,15 @@ def plan(regret: dict[str, Any]) -> dict[tuple[str, float], dict[str, CellKey]]:
         out[key]["plain"] = CellKey(row["task"], "plain", row["temperature"], 0)
         for cfg in row["configs"].values():
             if cfg["strategy"] != "plain":
-                out[key][cfg["label"]] = CellKey(row["task"], cfg["strategy"], row["temperature"], cfg["n"], cfg["tree"])
+                out[key][cfg["label"]] = CellKey(row["task"], cfg["strategy"], row["temperature"], cfg["n"],
+                                                 cfg["tree"])
     return out
 
 
 def reuse(log: RecordLog, earlier: Path, todo: dict[tuple[str, float], dict[str, CellKey]],
           prompt_ids: dict[str, set[str]]) -> list[str]:
     """Copy ``earlier``'s records of the workloads whose configurations are unchanged and complete."""
-    from bench.regret.data import records_by_workload
+    from picker.recommend.sweep_data import records_by_workload
 
     by_workload = records_by_workload(earlier)
     done, have = [], log.done()

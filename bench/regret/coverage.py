@@ -254,8 +254,9 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{flag} {c.source:32s} {c.what:44s} measured {c.measured:.3f}  predicted {c.mean:.3f} "
                   f"({c.low:.3f}-{c.high:.3f}; evidence alone {c.bare_low:.3f}-{c.bare_high:.3f})")
     print("\n".join(table(checks)))
+    measured = [c for c in checks if not c.source.startswith("published")]
     print(f"\nthe model error in the ranges above: {HELD_OUT_ERROR} (GPU load curve), {CPU_HELD_OUT_ERROR} on a CPU "
-          f"(fitted to these zoo and llama.cpp points: p80 {p80_error([c for c in checks if not c.source.startswith('published')]):.3f})")
+          f"(fitted to these zoo and llama.cpp points: p80 {p80_error(measured):.3f})")
     print("\n".join(cross_validated(checks)))
     held = [c for c in checks if not c.source.startswith("published")]
     cleared = [c for c in held if c.low >= ENABLE_LOW]

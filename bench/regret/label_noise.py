@@ -29,8 +29,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench.regret.data import GridKey, load_sweeps
 from picker.profiler.records import Record
+from picker.recommend.sweep_data import GridKey, load_sweeps
 
 Totals = dict[str, tuple[float, float]]  # prompt id -> (tokens, wall seconds)
 

@@ -24,13 +24,13 @@ runs when speculation is turned on).
           --temperatures 0,1 --concurrency 1,4,16 --limit-per-task 16 --max-new-tokens 32 --seed 1 \\
           --out runs/prof-load
     $ python -m bench.regret.load --sweep runs/sweep-load --profile runs/prof-load --out runs/regret-load
-    $ python -m bench.regret.load ... --calibration bench/load/zoo-ci-cpu-calibration-2026-12-03.json
+    $ python -m bench.regret.load ... --calibration tests/data/zoo-ci-cpu-calibration-2026-12-03.json
 
 Without ``--calibration`` the steps the measurements do not cover are priced on the zoo profile's
-engine label's curve (``tensorrt_llm``, shipped GPU constants: see ``bench.regret.data``). With a
+engine label's curve (``tensorrt_llm``, shipped GPU constants: see ``picker.recommend.sweep_data``). With a
 calibration of the reference loop itself (``specpick calibrate --device cpu``, engine ``hf``)
 they are priced on that engine's curve with every constant of the file, sampling's host terms at
-T > 0 included: the curve ``bench.load.measured`` checks against the reference engine's measured
+T > 0 included: the curve ``specpick check-load`` checks against the reference engine's measured
 load curves.
 """
 
@@ -47,13 +47,13 @@ from typing import Any
 
 import yaml
 
-from bench.regret.data import zoo_profile_data
 from picker.engine.plugins import load_strategies
 from picker.inputs.measurements import Measurements, load_measurements, parse_tree_label
 from picker.inputs.workload import WorkloadProfile, load_profile
 from picker.recommend.costs import cost_context
 from picker.recommend.options import options_for
 from picker.recommend.pipeline import recommend
+from picker.recommend.sweep_data import zoo_profile_data
 from picker.recommend.table import Option
 from policies import Calibration, Config, calibration_for, chain, load_policy
 from policies.calibration import read_calibration
@@ -93,7 +93,8 @@ def what_runs(rec: dict[str, Any], batch: int, temperature: float) -> tuple[Key,
     row = next((r for r in d["batch_schedule"] if r["min_batch"] <= batch
                 and (r["max_batch"] is None or batch <= r["max_batch"])), None)
     k = d["num_speculative_tokens"] if row is None else row["num_speculative_tokens"]
-    if row is not None and row.get("disable_above_temperature") is not None and temperature > row["disable_above_temperature"]:
+    above = None if row is None else row.get("disable_above_temperature")
+    if above is not None and temperature > above:
         return PLAIN, f"range switch (off above {row['disable_above_temperature']:g})"
     if k == 0:
         return PLAIN, "batch schedule: off"
@@ -155,7 +156,8 @@ def main() -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--prompt-tokens", type=float, default=64.0)
     ap.add_argument("--output-tokens", type=int, default=32)
-    ap.add_argument("--policy", type=Path, default=Path(__file__).parents[2] / "policies" / "data" / "zoo-ci-policy.json",
+    ap.add_argument("--policy", type=Path,
+                    default=Path(__file__).parents[2] / "policies" / "data" / "zoo-ci-policy.json",
                     help="the learned correction, applied where its domain covers the workload")
     ap.add_argument("--analytic", action="store_true", help="no learned correction: the analytic model alone")
     ap.add_argument("--calibration", type=Path, default=None,
@@ -196,8 +198,9 @@ def main() -> int:
                      # the ceiling of the goal above: no choice over this grid beats the sweep's best
                      "best_to_best_default": None if not best_default else round(grid[best] / best_default, 4)})
         r = rows[-1]
-        print(f"{task:13s} T={temp:g} C={batch:<3d} choice {r['choice']:22s} {got if got is None else round(got, 3)!s:>6}"
-              f"  best {r['best']:22s} {grid[best]:.3f}  ratio {r['ratio_to_best']}  vs default {r['ratio_to_best_default']}",
+        print(f"{task:13s} T={temp:g} C={batch:<3d} choice {r['choice']:22s} "
+              f"{got if got is None else round(got, 3)!s:>6}  best {r['best']:22s} {grid[best]:.3f}  "
+              f"ratio {r['ratio_to_best']}  vs default {r['ratio_to_best_default']}",
               flush=True)
     measured = [r for r in rows if r["ratio_to_best"] is not None]
     by_c: dict[int, list[dict[str, Any]]] = {}

@@ -1,7 +1,8 @@
 """The policy under test, run exactly as ``specpick recommend`` runs it, on zoo workloads.
 
-Training rows come from *other* workloads: each grid cell of a training workload, with the evidence
-its own cheap profile gave (``data.profile_records``), labelled with the sweep's measured speedup.
+Training rows come from *other* workloads (``picker.recommend.policy_fit``, what ``specpick policy
+fit`` runs): each grid cell of a training workload, with the evidence its own cheap profile gave
+(``sweep_data.profile_records``), labelled with the sweep's measured speedup.
 The held-out workload's decision and its per-cell predictions are one
 ``picker.recommend.pipeline.recommend`` result (:func:`recommended`) with the fitted estimator as
 ``policy``, the held-out profile as ``measurements``, the sweep's verify curve, and exactly the
@@ -12,92 +13,21 @@ source (:func:`sources`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import replace
 from typing import Any
 
-import numpy as np
-
-from bench.regret.data import (
-    PROFILE_DEPTH,
-    GridKey,
-    SweepData,
-    Workload,
-    measurements_of,
-    profile_records,
-    zoo_profile,
-)
-from picker.engine.plugins import StrategyPlugin, load_strategies
-from picker.profiler.sweep import parse_tree_label
+from picker.engine.plugins import load_strategies
 from picker.recommend.contract import Recommendation
-from picker.recommend.costs import CostSource, choose_costs, cost_context
-from picker.recommend.evidence_index import EvidenceIndex, candidate, index_evidence
+from picker.recommend.costs import cost_context
+from picker.recommend.evidence_index import candidate
 from picker.recommend.options import options_for
 from picker.recommend.pipeline import recommend
+from picker.recommend.policy_fit import Prepared, option, sources
 from picker.recommend.result import Result
+from picker.recommend.sweep_data import GridKey, SweepData
 from picker.recommend.table import Bucket, Option
-from policies import analytic
 from policies.estimator import SpeedupEstimator
-from policies.encoding import FEATURES, feature_matrix
 from policies.speedup_model import base_speedup, generation_steps
-
-OUT_TOKENS = 48
-# The learned correction is not carried beyond the temperatures and batch sizes it was fitted on.
-DOMAIN_COLUMNS = (FEATURES.index("temperature"), FEATURES.index("log2_batch"))
-
-
-@dataclass
-class Prepared:
-    """One workload ready for the policy: its profile, its cheap measurements and a scorer factory."""
-
-    workload: Workload
-    profile_records: list
-    depth_of: dict[str, int]
-    profile: object
-    measurements: object
-    probe_records: list = field(default_factory=list)  # the shared drafter probe (data.probe_records)
-
-
-def depth_of(plugins: dict[str, StrategyPlugin], strategies: set[str]) -> dict[str, int]:
-    return {s: PROFILE_DEPTH[plugins[s].capabilities.draft_cost] for s in strategies}
-
-
-def prepare(data: SweepData, w: Workload, k: int, prompt_tokens: float, profiled: list | None = None,
-            probe: list | None = None) -> Prepared:
-    """The workload with the policy's evidence: ``profiled`` records from a separate ``specpick
-    profile`` run when given, else the sweep's own records of the profile cells, first ``k`` prompts;
-    ``probe`` (``data.probe_records``) adds the deployment's drafter probe, for drafting costs only."""
-    plugins = load_strategies()
-    strategies = {g.strategy for g in w.truth} - {"plain"}
-    depths = depth_of(plugins, strategies)
-    recs = profiled if profiled is not None else profile_records(w, depths, k)
-    prof = zoo_profile(w.task, w.temperature, Path(data.target_path), data.artifacts, prompt_tokens, OUT_TOKENS)
-    probe = list(probe or [])
-    return Prepared(w, recs, depths, prof, measurements_of(recs + probe, f"profile:{w.name}"), probe)
-
-
-def draft_kinds() -> dict[str, str]:
-    """Strategy name -> its declared draft-cost kind."""
-    return {name: p.capabilities.draft_cost for name, p in load_strategies().items()}
-
-
-def option(plugins: dict[str, StrategyPlugin], g: GridKey, like: Option | None = None) -> Option:
-    """The grid cell as an option, feasible, or with the feasibility and notes of ``like``."""
-    if g.tree:
-        d, k, t = parse_tree_label(g.tree)
-        config = analytic.Config(d, k, t)
-    else:
-        config = analytic.chain(g.n)
-    if like is None:
-        return Option(plugins[g.strategy], config, True, True)
-    return Option(plugins[g.strategy], config, like.feasible, like.engine_supported, like.notes)
-
-
-def sources(p: Prepared, data: SweepData) -> tuple[EvidenceIndex, CostSource]:
-    """The pipeline's evidence index and cost source for the workload, as :func:`recommended` builds
-    them (measured step costs: the reference loop is no serving engine, so they are asked for)."""
-    index = index_evidence(p.profile, p.measurements, measured_costs=True, verify_curve=data.curve)  # type: ignore[arg-type]
-    return index, choose_costs(p.profile, index, p.measurements)  # type: ignore[arg-type]
 
 
 def recommended(p: Prepared, data: SweepData, est: SpeedupEstimator | None,
@@ -106,26 +36,6 @@ def recommended(p: Prepared, data: SweepData, est: SpeedupEstimator | None,
     configurations the sweep measured (among ``strategies`` only when given)."""
     return recommend(p.profile, p.measurements, policy=est, measured_costs=True,  # type: ignore[arg-type]
                      verify_curve=data.curve, options=grid_options(p, strategies))
-
-
-def grid_rows(p: Prepared, data: SweepData) -> tuple[list[GridKey], np.ndarray, np.ndarray]:
-    """Every measured grid cell of the workload as (keys, X, y)."""
-    plugins = load_strategies()
-    index, costs = sources(p, data)
-    b = Bucket(p.workload.task, 1, p.workload.temperature, 1.0)
-    keys = [g for g in p.workload.truth if g.strategy != "plain"]
-    X = feature_matrix([candidate(index, costs.ctx, option(plugins, g), b) for g in keys])
-    y = np.asarray([p.workload.truth[g] for g in keys])
-    return keys, X, y
-
-
-def fit(train: list[Prepared], data: SweepData, **params: object) -> SpeedupEstimator:
-    rows = [grid_rows(p, data) for p in train]
-    X = np.vstack([r[1] for r in rows])
-    y = np.concatenate([r[2] for r in rows])
-    groups = np.concatenate([[p.workload.task] * len(r[0]) for p, r in zip(train, rows)])
-    params = {"domain_columns": DOMAIN_COLUMNS, **params}
-    return SpeedupEstimator(**params).fit(X, y, groups=groups)  # type: ignore[arg-type]
 
 
 def predict_grid(p: Prepared, result: Result) -> dict[GridKey, tuple[float, float, float]]:
@@ -197,8 +107,8 @@ def choice_of(p: Prepared, result: Result) -> tuple[GridKey, float]:
         return GridKey("plain", 0), 1.0
     if d.tree is not None:
         t = d.tree
-        return GridKey(d.strategy, t.num_draft_tokens - 1, f"depth={t.depth},topk={t.topk},tokens={t.num_draft_tokens}"), \
-            rec.predicted_speedup.mean
+        label = f"depth={t.depth},topk={t.topk},tokens={t.num_draft_tokens}"
+        return GridKey(d.strategy, t.num_draft_tokens - 1, label), rec.predicted_speedup.mean
     return GridKey(d.strategy, k), rec.predicted_speedup.mean
 
 

@@ -3,6 +3,7 @@
     $ python -m bench.regret.regret --sweep runs/sweep-a --out runs/regret
     $ python -m bench.regret.confirm --regret runs/regret/regret.json --out runs/confirm
     $ python -m bench.regret.report --regret runs/regret/regret.json --confirm runs/confirm
+    $ specpick policy fit --sweep runs/sweep-a --held-out runs/regret/regret.json --out policy.json
 
 Splits: leave-one-task-out (fit on the other task types, both temperatures; test on the held-out
 task at each temperature) and held-out temperature (fit at one temperature, test at the other).
@@ -24,23 +25,15 @@ from typing import Any
 
 from threadpoolctl import threadpool_limits
 
-from bench.regret.data import (
+from bench.regret.policy import choice_of, predict_grid, read_back, recommended
+from picker.recommend.policy_fit import FitInputs, Prepared, draft_kinds, fit, fit_artifact, prepare
+from picker.recommend.sweep_data import (
     GridKey,
     SweepData,
     cost_of,
     load_profile_records,
     load_sweeps,
     probe_records,
-)
-from bench.regret.policy import (
-    Prepared,
-    choice_of,
-    draft_kinds,
-    fit,
-    predict_grid,
-    prepare,
-    read_back,
-    recommended,
 )
 
 # Engine defaults (research/policies.md §6; FACTS.md). SGLang's (steps, topk, draft tokens) apply to
@@ -188,46 +181,11 @@ def main() -> None:
 
 def save_artifact(path: Path, every: list[Prepared], data: SweepData, held_out: dict[str, Any],
                   args: argparse.Namespace) -> None:
-    """Fit on every workload and write the policy artifact with its model card."""
-    import numpy as np
-
-    from bench.regret.policy import DOMAIN_COLUMNS, grid_rows
-    from policies.artifacts import save_policy
-    from policies.estimator import SpeedupEstimator
-
-    rows = [grid_rows(p, data) for p in every]
-    X = np.vstack([r[1] for r in rows])
-    y = np.concatenate([r[2] for r in rows])
-    groups = [p.workload.task for p, r in zip(every, rows) for _ in r[0]]
-    params = [p.profile.model_shape().params for p in every]  # type: ignore[attr-defined]
-    card = {
-        "name": "zoo-ci reference-loop policy",
-        "intended_use": "the zoo ci target on the reference engine (picker.engine.loop) on a CPU, batch 1; "
-                        "outside that domain the recommendation falls back to the analytic model",
-        "training_data": {"sweeps": [str(s) for s in args.sweep], "replicates": [str(s) for s in args.replicate],
-                          "target": data.target_path,
-                          "workloads": [p.workload.name for p in every], "rows": len(y),
-                          "label": "measured speedup over plain decoding (tokens/s incl. prefill, 48 new tokens)"
-                                   + ("; geometric mean over the sweep and its replicates (other prompts)"
-                                      if args.replicate else ""),
-                          "evidence": (f"each workload's own `specpick profile` runs ({[str(p) for p in args.profile]})" if args.profile
-                                       else f"each workload's cheap profile cut from the sweep: one chain cell per "
-                                            f"strategy on its first {args.profile_prompts} prompts, plus plain")
-                                      + "; verify curve of the sweep"
-                                      + ("; drafter probe: N=1 chains of the draft model and EAGLE layer on one "
-                                         "prompt per temperature, for drafting costs only" if args.probe else "")},
-        "held_out": held_out,
-        "domain": {"hardware": ["cpu"], "engines": ["tensorrt_llm"], "params": [min(params), max(params)]},
-        "measured_costs": True,  # rows used the profiled step costs, not the roofline
-        "limitations": ["batch 1 only measured; batch enters through the verify-time curve (tokens in flight)",
-                        ("the correction is applied only inside the fitted temperatures and batch sizes "
-                         "(domain_columns); cross-validation over task groups chose how much of it to apply"),
-                        "timings from a shared 2-core CPU: tens of percent of timing noise per cell",
-                        # Measured on 2026-12-02 (issue 17); kept when the policy is refitted.
-                        ('domain.engines says tensorrt_llm because the regret bench labels its zoo profiles with the one engine that runs all five strategies and trees; every row was measured on the reference engine (picker.engine.loop)'),
-                        ('not for real pretrained models: forced onto Qwen2.5-Coder-1.5B/0.5B on llama.cpp (2 CPU cores, concurrency 1, a cheap profile of draft model N=4 and ngram N=4; scripts/real_llamacpp_regret.py) it predicts ngram N=2 at 0.985x over the task mix (code 1.06x, structured 0.93x) where 0.774x (code 0.73x, structured 0.74x) was measured, +27% over the mix; the analytic model is off by as much (ngram N=1 1.025x vs 0.787x). Outside its domain (1.35M parameters, tensorrt_llm label) the correction is not applied')],
-    }
-    save_policy(path, SpeedupEstimator(domain_columns=DOMAIN_COLUMNS), X, y, groups, card)
+    """Fit on every workload and write the policy artifact (what ``specpick policy fit`` writes),
+    with this run's held-out figures in its model card."""
+    inputs = FitInputs(tuple(str(s) for s in args.sweep), tuple(str(s) for s in args.replicate),
+                       tuple(str(p) for p in args.profile or ()), args.profile_prompts, args.probe)
+    fit_artifact(path, every, data, inputs, held_out)
     print(f"policy artifact written to {path}")
 
 

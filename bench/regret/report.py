@@ -45,10 +45,21 @@ def prediction_on_confirmed(rows: list[dict[str, Any]], confirm: dict[str, Any])
             if name == "policy":
                 own_err.append(e)
                 own_cover.append(inside)
-    med = lambda v: statistics.median(v) if v else None
-    share = lambda v: sum(v) / len(v) if v else None
-    return {"cells": len(err), "median_rel_error": med(err), "coverage": share(cover),
-            "policy_choice": {"workloads": len(own_err), "median_rel_error": med(own_err), "coverage": share(own_cover)}}
+    return {"cells": len(err), "median_rel_error": _median(err), "coverage": _share(cover),
+            "policy_choice": {"workloads": len(own_err), "median_rel_error": _median(own_err),
+                              "coverage": _share(own_cover)}}
+
+
+def _median(v: list[float]) -> float | None:
+    return statistics.median(v) if v else None
+
+
+def _share(v: list[bool]) -> float | None:
+    return sum(v) / len(v) if v else None
+
+
+def _fmt(v: float | None) -> str:
+    return f"{v:.2f}" if v else "n/a"
 
 
 def table(rows: list[dict[str, Any]], confirm: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -75,18 +86,17 @@ def table(rows: list[dict[str, Any]], confirm: dict[str, Any]) -> tuple[str, dic
             if pol and v:
                 vs_each[d].append(pol / v)
         cost = r["cost"]["policy"]["forwards"] / r["cost"]["sweep"]["forwards"]
-        fmt = lambda v: f"{v:.2f}" if v else "n/a"
         lines.append(
-            f"| {r['split']} | {r['workload']} | {c['policy']['label']} | {fmt(pol)} "
-            f"(sweep {fmt(c['policy']['sweep_speedup'])}) | {c['sweep best']['label']} | {fmt(best)} "
-            f"(sweep {fmt(c['sweep best']['sweep_speedup'])}) | {fmt(ratio)} | {fmt(analytic)} | {fmt(avg)} | "
-            + " | ".join(fmt(defaults[d]) for d in DEFAULTS)
-            + f" | {fmt(pol / max(measured_defaults) if pol and measured_defaults else None)} | {cost:.3f} |")
+            f"| {r['split']} | {r['workload']} | {c['policy']['label']} | {_fmt(pol)} "
+            f"(sweep {_fmt(c['policy']['sweep_speedup'])}) | {c['sweep best']['label']} | {_fmt(best)} "
+            f"(sweep {_fmt(c['sweep best']['sweep_speedup'])}) | {_fmt(ratio)} | {_fmt(analytic)} | {_fmt(avg)} | "
+            + " | ".join(_fmt(defaults[d]) for d in DEFAULTS)
+            + f" | {_fmt(pol / max(measured_defaults) if pol and measured_defaults else None)} | {cost:.3f} |")
     goals = {
         "prediction_on_confirmed": prediction_on_confirmed(rows, confirm),
         "policy_vs_sweep_best": {"median": statistics.median(ratios) if ratios else None,
                                  "min": min(ratios) if ratios else None,
-                                 "share_at_least_0.97": sum(x >= 0.97 for x in ratios) / len(ratios) if ratios else None},
+                                 "share_at_least_0.97": _share([x >= 0.97 for x in ratios])},
         "analytic_only_vs_sweep_best": {"median": statistics.median(analytic_ratios) if analytic_ratios else None,
                                         "min": min(analytic_ratios) if analytic_ratios else None},
         "policy_vs_best_default": {"median": statistics.median(vs_default) if vs_default else None,

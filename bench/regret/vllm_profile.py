@@ -7,9 +7,10 @@ lookup N = 2 and 8, the draft model N = 1 and 4: one length cannot give the cost
 own) and plain decoding -- one group of servers, ``--profile-prompts`` (2) prompts per workload that
 the evaluation never uses, one pass. (The first design, prompt lookup at N = 8 only and one prompt,
 read R(N) for prompt lookup as a line through (0, 1) and one noisy point, and chose badly: 0.72 of
-the grid's best; see bench/regret/README.md.) Acceptance (per position) comes from the servers' ``/metrics`` counters; the speedup
-against plain at each measured N gives the step ratio R(N) (``policies.cell_evidence.live_step_ratio``),
-which the recommendation (``picker.recommend.evidence_index``) interpolates for every other N. The reference-engine correction
+the grid's best; see bench/regret/README.md.) Acceptance (per position) comes from the servers'
+``/metrics`` counters; the speedup against plain at each measured N gives the step ratio R(N)
+(``policies.cell_evidence.live_step_ratio``), which the recommendation
+(``picker.recommend.evidence_index``) interpolates for every other N. The reference-engine correction
 is out of its domain here: the decision is the analytic model with vLLM's measured costs. The rows
 become summary cells through the profiler's own conversion (``picker.profiler.vllm.wave_record``,
 then ``picker.profiler.summary.build_summary``): one wave record per (configuration, workload, pass).
@@ -23,10 +24,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from bench.regret.data import GridKey
 from picker.profiler.records import PLAIN, CellKey
 from picker.profiler.summary import build_summary
 from picker.profiler.vllm import PER_POS, Metrics, wave_record
+from picker.recommend.sweep_data import GridKey
 
 PROFILE_CONFIGS = "ngram:2,8;vanilla:1,4"  # default --profile-configs
 
@@ -78,9 +79,10 @@ def decide_on_vllm(regret: dict[str, Any], cells: list[dict[str, Any]], workload
                    served: set[str]) -> dict[str, dict[str, Any]]:
     """Per workload: the analytic policy's choice among the served grid with vLLM's measured
     acceptance and step costs (no learned correction: its domain is the reference engine)."""
-    from bench.regret.data import load_sweeps
-    from bench.regret.policy import decide, prepare
+    from bench.regret.policy import decide
     from picker.inputs.measurements import Measurements
+    from picker.recommend.policy_fit import prepare
+    from picker.recommend.sweep_data import load_sweeps
 
     data = load_sweeps([Path(s) for s in regret["sweeps"]], [Path(s) for s in regret.get("replicates", [])])
     m = Measurements.model_validate({"cells": cells, "source": "vllm profile", "run": {"backend": "vllm"}})

@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import torch
 
@@ -75,7 +75,7 @@ def calibrate(opts: CalibrateOptions, say: Say = _quiet, advance: Callable[[], N
         method=(("reference engine (TorchBackend.run, batched verify forward)" if opts.forward == "reference"
                  else "HF forward + DynamicCache") + f", {dtype}, on {device}, median of {opts.repeats} after "
                 f"{opts.warmup} warm-up" + loop_note),
-        created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        created=datetime.now(UTC).isoformat(timespec="seconds"),
         hardware=HardwareRecord(name=hw.name, memory_bandwidth_gbps=hw.memory_bandwidth_gbps,
                                 bf16_tflops=hw.bf16_tflops),
         model=ShapeRecord(**{f: getattr(shape, f) for f in ShapeRecord.model_fields}),

@@ -11,6 +11,7 @@ kernels run asynchronously, and a timer around their launch measures the host al
 
 from __future__ import annotations
 
+import functools
 import inspect
 import statistics
 import time
@@ -124,8 +125,9 @@ def time_hf(model: PreTrainedModel, batch: int, context: int, tokens: Sequence[i
     points = []
     for k in tokens:
         new = torch.randint(vocab, (batch, k), generator=gen).to(dev)
-        seconds = _median_seconds(lambda: model(input_ids=new, use_cache=True, **{key: cache}), dev, warmup, repeats,
-                                  after=lambda: _rewind(cache, context, k))  # noqa: B023 (called at once)
+        # partial binds this k's tensors now (a closure would read the loop's later values).
+        seconds = _median_seconds(functools.partial(model, input_ids=new, use_cache=True, **{key: cache}), dev,
+                                  warmup, repeats, after=functools.partial(_rewind, cache, context, k))
         points.append(TimingPoint(batch=batch, tokens_per_seq=k, context_len=context, seconds=seconds))
     del cache
     if dev.type == "cuda":

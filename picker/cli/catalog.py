@@ -26,7 +26,9 @@ def schema(out: Annotated[Path | None, typer.Option(help="Write here instead of 
 
 
 @user_errors
-def strategies(fmt: Annotated[Fmt, typer.Option("--format", help="md (wrapped to the terminal), json or yaml.")] = Fmt.md) -> None:
+def strategies(
+    fmt: Annotated[Fmt, typer.Option("--format", help="md (wrapped to the terminal), json or yaml.")] = Fmt.md,
+) -> None:
     """List registered strategy plugins and their declared capabilities."""
     from picker.engine.plugins import load_strategies
 

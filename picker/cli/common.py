@@ -3,9 +3,9 @@
     >>> Fmt("json").value
     'json'
     >>> check_outputs(out=Path("plan.md"), fmt=Fmt.md)         # fine: returns None
-    >>> check_outputs(out=Path("plan.json"), fmt=Fmt.md)
+    >>> check_outputs(out=Path("plan.json"), fmt=Fmt.md)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
-    picker.errors.UserError: plan.json: --out: a .json file for --format md; name it .md or .markdown, or pass --format json
+    picker.errors.UserError: plan.json: --out: a .json file for --format md; name it .md or .markdown, or pass ...
 
 Every command that writes a file calls :func:`check_outputs` first, so a bad ``--out`` or
 ``--plot`` is refused (one line each, exit 2) before any work, and the plan is never lost to it.

@@ -67,7 +67,8 @@ def estimate(
         help="Mean tokens per verify step, bonus included (needs --num-draft-tokens).", min=1.0)] = None,
     num_draft_tokens: Annotated[int | None, typer.Option(
         help="Tokens drafted per step (tree nodes for a tree); searched when omitted.", min=1, max=256)] = None,
-    tree_topk: Annotated[int | None, typer.Option(help="Branching of a draft tree (>1 makes a tree).", min=1, max=64)] = None,
+    tree_topk: Annotated[int | None, typer.Option(
+        help="Branching of a draft tree (>1 makes a tree).", min=1, max=64)] = None,
     draft_params: Annotated[float | None, typer.Option(
         help="Draft model size (strategies that draft with a separate model), e.g. 1e9.", min=1e5, max=1e13)] = None,
     engine: Annotated[EstimateEngine, typer.Option(help="Serving engine; hf = eager PyTorch.")] = EstimateEngine.sglang,
@@ -94,8 +95,9 @@ def estimate(
     if mean_accepted_tokens is not None and num_draft_tokens is None:
         raise UserError("--mean-accepted-tokens needs --num-draft-tokens (the N it was measured at)",
                         field="--num-draft-tokens")
-    if mean_accepted_tokens is not None and num_draft_tokens is not None and mean_accepted_tokens > num_draft_tokens + 1:
-        raise UserError(f"cannot exceed num_draft_tokens + 1 = {num_draft_tokens + 1}", field="--mean-accepted-tokens")
+    most = None if num_draft_tokens is None else num_draft_tokens + 1  # the bonus token included
+    if mean_accepted_tokens is not None and most is not None and mean_accepted_tokens > most:
+        raise UserError(f"cannot exceed num_draft_tokens + 1 = {most}", field="--mean-accepted-tokens")
     plugins = load_strategies()
     if strategy not in plugins:
         raise UserError(f"{strategy!r} is not registered; registered: {', '.join(sorted(plugins))}",
@@ -140,7 +142,7 @@ def speedup_range(speedup: float) -> dict[str, Any]:
     turned around: a true value that far from this prediction, either way."""
     return {"low": speedup / (1 + HELD_OUT_ERROR), "high": speedup / (1 - HELD_OUT_ERROR),
             "what": f"{HELD_OUT_SHARE:.0%} of 60 published speedups held out of the load curve's fit were "
-                    f"predicted within {HELD_OUT_ERROR:.1%} (bench/load/README.md); alpha taken as given"}
+                    f"predicted within {HELD_OUT_ERROR:.1%} (docs/load-curve.md); alpha taken as given"}
 
 
 def _not_runnable(strategy: str, caps: Capabilities, engine: str, tree: bool) -> UserError | None:

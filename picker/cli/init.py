@@ -37,13 +37,18 @@ QUESTIONS = {
 
 @user_errors
 def init(
-    model: Annotated[str | None, typer.Option(help="Catalog name, or a Hugging Face folder / config.json path.")] = None,
+    model: Annotated[str | None, typer.Option(
+        help="Catalog name, or a Hugging Face folder / config.json path.")] = None,
     hardware: Annotated[str | None, typer.Option(help="Accelerator, e.g. H100 or '2x h100-sxm'.")] = None,
     engine: Annotated[str | None, typer.Option(help="sglang, vllm, tensorrt_llm or llama_cpp.")] = None,
-    task_mix: Annotated[str | None, typer.Option(help="Shares per task type, e.g. chat=0.7,code=0.3 (or one type).")] = None,
-    concurrency: Annotated[int | None, typer.Option(help="Requests decoded together (default 1).", min=1, max=65536)] = None,
-    temperature: Annotated[float | None, typer.Option(help="Sampling temperature (default 1.0).", min=0.0, max=2.0)] = None,
-    itl_p99_ms: Annotated[float | None, typer.Option(help="99th-percentile inter-token latency target, ms.", min=0.001)] = None,
+    task_mix: Annotated[str | None, typer.Option(
+        help="Shares per task type, e.g. chat=0.7,code=0.3 (or one type).")] = None,
+    concurrency: Annotated[int | None, typer.Option(
+        help="Requests decoded together (default 1).", min=1, max=65536)] = None,
+    temperature: Annotated[float | None, typer.Option(
+        help="Sampling temperature (default 1.0).", min=0.0, max=2.0)] = None,
+    itl_p99_ms: Annotated[float | None, typer.Option(
+        help="99th-percentile inter-token latency target, ms.", min=0.001)] = None,
     ttft_ms: Annotated[float | None, typer.Option(help="Time-to-first-token target, ms.", min=0.001)] = None,
     name: Annotated[str | None, typer.Option(help="Workload name (default: the file's name).")] = None,
     out: Annotated[Path, typer.Option(help="The profile file to write.")] = Path("profile.yaml"),
@@ -147,14 +152,20 @@ def _yaml(value: Any) -> str:
     if isinstance(value, float) and value.is_integer():
         value = int(value)
 
-    return str(yaml.safe_dump(value, default_flow_style=True, allow_unicode=True, width=1_000)).strip().removesuffix("...").strip()
+    text = str(yaml.safe_dump(value, default_flow_style=True, allow_unicode=True, width=1_000))
+    return text.strip().removesuffix("...").strip()
 
 
 def starter_text(*, name: str | None, model: str, hardware: str, engine: str, task_mix: dict[str, float] | str,
                  concurrency: int | None, temperature: float | None, itl_p99_ms: float | None,
                  ttft_ms: float | None) -> str:
     """The profile ``init`` writes: what was given, and each default as a comment to uncomment."""
-    from picker.inputs.traffic import DEFAULT_CONCURRENCY, DEFAULT_OUTPUT_TOKENS, DEFAULT_PROMPT_TOKENS, DEFAULT_TEMPERATURE
+    from picker.inputs.traffic import (
+        DEFAULT_CONCURRENCY,
+        DEFAULT_OUTPUT_TOKENS,
+        DEFAULT_PROMPT_TOKENS,
+        DEFAULT_TEMPERATURE,
+    )
     from picker.inputs.workload import HEADROOM_SHARE, PINNED_ENGINE_VERSIONS
 
     def line(key: str, value: Any, comment: str, *, given: bool = True, indent: str = "") -> str:
@@ -162,8 +173,9 @@ def starter_text(*, name: str | None, model: str, hardware: str, engine: str, ta
         return f"{text:<38}# {comment}"
 
     pinned = PINNED_ENGINE_VERSIONS.get(engine.strip().lower(), "the pinned one")
-    slo = [line(k, v, c, indent="  ") for k, v, c in (("itl_p99_ms", itl_p99_ms, "99th-percentile inter-token latency, ms"),
-                                                      ("ttft_ms", ttft_ms, "time to first token, ms")) if v is not None]
+    targets = (("itl_p99_ms", itl_p99_ms, "99th-percentile inter-token latency, ms"),
+               ("ttft_ms", ttft_ms, "time to first token, ms"))
+    slo = [line(k, v, c, indent="  ") for k, v, c in targets if v is not None]
     out = [
         "# Workload profile for specpick, written by `specpick init`. Every field: `specpick schema`.",
         "# Lines starting with '# key:' are the defaults specpick uses; uncomment one to change it.",

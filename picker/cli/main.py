@@ -13,7 +13,20 @@ from __future__ import annotations
 
 import typer
 
-from picker.cli import calibrate, catalog, estimate, generate, init, models, profile, recommend, report, sweep
+from picker.cli import (
+    calibrate,
+    catalog,
+    check_load,
+    estimate,
+    generate,
+    init,
+    models,
+    policy,
+    profile,
+    recommend,
+    report,
+    sweep,
+)
 from picker.cli.common import OneLineUsageErrors
 from picker.zoo import cli as zoo_cli
 
@@ -21,10 +34,12 @@ app = typer.Typer(cls=OneLineUsageErrors, no_args_is_help=True, add_completion=F
                   help="Measure speculative decoding, pick a strategy, emit engine configs.")
 
 for command in (init.init, init.check, recommend.recommend, estimate.estimate, catalog.schema, catalog.strategies,
-                generate.generate, profile.profile, sweep.sweep, calibrate.calibrate, report.report):
+                generate.generate, profile.profile, sweep.sweep, calibrate.calibrate, check_load.check_load,
+                report.report):
     app.command()(command)
 app.add_typer(zoo_cli.app, name="zoo")
 app.add_typer(models.app, name="models")
+app.add_typer(policy.app, name="policy")
 
 
 def main() -> None:  # pragma: no cover - console entry point

@@ -70,7 +70,8 @@ def _renderer(model: str | None, prompt_format: str) -> Any:
         tokenizer = load_prompt_tokenizer(folder)
     except (OSError, ValueError):
         raise UserError("no tokenizer in this folder (a live backend's --model is the served model's Hugging "
-                        "Face folder, whose tokenizer renders the prompts)", file=str(folder), field="--model") from None
+                        "Face folder, whose tokenizer renders the prompts)", file=str(folder),
+                        field="--model") from None
     return PromptRenderer(tokenizer, prompt_format)
 
 
@@ -212,7 +213,8 @@ def profile(
         plain=plain, plot=plot, concurrency=levels or None, ignore_eos=ignore_eos, wave_rounds=wave_rounds,
         request_rates=rates, burstiness=burstiness, max_in_flight=max_in_flight, order=order,
         meta={"concurrency": levels, "request_rates": rates, "burstiness": burstiness, "max_in_flight": max_in_flight,
-              "slo": slo, "ignore_eos": ignore_eos, "backend": backend.value, "target": url or model or "zoo", "prompts": prompts,
+              "slo": slo, "ignore_eos": ignore_eos, "backend": backend.value, "target": url or model or "zoo",
+              "prompts": prompts,
               "category_map": category_map, "tasks": list(by_task), "temperatures": temps,
               "strategies": chosen, "num_draft_tokens": lengths, "limit_per_task": limit_per_task,
               "prompt_format": source.renderer.format},  # as resolved: chat_template or raw

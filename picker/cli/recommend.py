@@ -26,8 +26,10 @@ def recommend(
     measurements: Annotated[Path | None, typer.Option(help="Profiler summary.json with measured acceptance.")] = None,
     fmt: Annotated[Fmt, typer.Option("--format", help="Output format.")] = Fmt.md,
     out: Annotated[Path | None, typer.Option(help="Write here instead of stdout.")] = None,
-    explain: Annotated[bool, typer.Option(help="Add the top candidates per task type with ranges and evidence.")] = False,
-    policy: Annotated[Path | None, typer.Option(help="Fitted policy artifact (JSON) for the learned correction.")] = None,
+    explain: Annotated[bool, typer.Option(
+        help="Add the top candidates per task type with ranges and evidence.")] = False,
+    policy: Annotated[Path | None, typer.Option(
+        help="Fitted policy artifact (JSON) for the learned correction.")] = None,
     plot: Annotated[Path | None, typer.Option(help="Write a PNG of predicted speedup vs N and vs batch size.")] = None,
     allow_other_model: Annotated[bool, typer.Option(help="Use measurements of another model (labelled so).")] = False,
     calibration: Annotated[Path | None, typer.Option(

@@ -35,7 +35,8 @@ def report(
     profile: Annotated[Path, typer.Argument(help="Workload profile YAML (see profiles/).")],
     out: Annotated[Path, typer.Option(help="The HTML file to write.")],
     measurements: Annotated[Path | None, typer.Option(help="Profiler summary.json with measured acceptance.")] = None,
-    policy: Annotated[Path | None, typer.Option(help="Fitted policy artifact (JSON) for the learned correction.")] = None,
+    policy: Annotated[Path | None, typer.Option(
+        help="Fitted policy artifact (JSON) for the learned correction.")] = None,
     calibration: Annotated[Path | None, typer.Option(
         help="Roofline calibration JSON from a GPU run (specpick calibrate).")] = None,
     allow_other_model: Annotated[bool, typer.Option(help="Use measurements of another model (labelled so).")] = False,

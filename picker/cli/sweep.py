@@ -51,11 +51,13 @@ def parse_trees(text: str) -> list[tuple[int, int, int]]:
 
 @user_errors
 def sweep(
-    out: Annotated[Path, typer.Option(help="Run folder (records.jsonl, summary.json, verify_curve.jsonl, sweep.json).")],
+    out: Annotated[Path, typer.Option(
+        help="Run folder (records.jsonl, summary.json, verify_curve.jsonl, sweep.json).")],
     model: Annotated[str, typer.Option(help="'zoo' (zoo:ci, zoo:small) or a local HF folder.")] = "zoo",
     strategies: Annotated[str, typer.Option(help="Comma list of strategies.")] = DEFAULT_STRATEGIES,
     artifact: Annotated[list[str] | None, typer.Option(help="STRATEGY=PATH: a draft model or heads folder.")] = None,
-    tasks: Annotated[str | None, typer.Option(help="Comma list of task types (default: the workload's, else all).")] = None,
+    tasks: Annotated[str | None, typer.Option(
+        help="Comma list of task types (default: the workload's, else all).")] = None,
     workload: Annotated[Path | None, typer.Option(help="Workload profile: its task types and temperatures.")] = None,
     temperatures: Annotated[str | None, typer.Option(help="Comma list (default: the workload's, else 0,1).")] = None,
     chain_lengths: Annotated[str, typer.Option(help="Chain lengths N: A-B or a list.")] = "1-6,8",
@@ -110,7 +112,8 @@ def sweep(
         max_new_tokens=max_new_tokens, limit_per_task=prompts_per_task,
         rule=StopRule(ci_target=0.0, min_samples=2, early=False), seed=seed, resume=resume, plain=True, plot=False,
         concurrency=levels, wave_rounds=wave_rounds,
-        meta={"concurrency": levels, "backend": "torch", "target": model, "target_path": str(target), "prompts": "builtin", "kind": "sweep",
+        meta={"concurrency": levels, "backend": "torch", "target": model, "target_path": str(target),
+              "prompts": "builtin", "kind": "sweep",
               "tasks": list(by_task),
               "temperatures": temps, "strategies": runnable, "skipped_strategies": skipped,
               "prompts_per_task": prompts_per_task})

@@ -22,7 +22,8 @@ DRAFT_COST_WORDS = {
 }
 # What bounds a forward (policies.loadcurve regimes), in words.
 REGIME_WORDS = {"memory": "memory-bound", "knee": "at the GEMM knee, between memory- and compute-bound",
-                "compute": "compute-bound", "kv": "bound by KV-cache reads", "overhead": "bound by fixed per-step costs",
+                "compute": "compute-bound", "kv": "bound by KV-cache reads",
+                "overhead": "bound by fixed per-step costs",
                 "eager": "past the largest CUDA graph (eager launches)"}
 
 
@@ -118,8 +119,8 @@ def strategies_text(plugins: list[dict[str, Any]], cols: int | None = None) -> s
         runs = [f"{engine} ({algo})" for engine, algo in c["engines"].items() if algo]
         not_on = [engine for engine, algo in c["engines"].items() if not algo]
         pairs = [
-            ("drafts", ("token trees" if c["tree"] else "chains") + ("; deterministic (accepts d with "
-                                                                     "probability q(d))" if c["deterministic_draft"] else "")),
+            ("drafts", ("token trees" if c["tree"] else "chains")
+             + ("; deterministic (accepts d with probability q(d))" if c["deterministic_draft"] else "")),
             ("draft step", DRAFT_COST_WORDS.get(c["draft_cost"], c["draft_cost"])),
             ("needs", "; ".join(needs) or "nothing beyond the target"),
             ("engines", ", ".join(runs) + (f"; not on {', '.join(not_on)}" if not_on else "") if runs else "none"),

@@ -50,9 +50,9 @@ from transformers import AutoModelForCausalLM, PreTrainedModel
 from transformers.cache_utils import Cache
 
 from picker.engine.rollback import BatchEdit, BatchForward, CacheEdit, Forward, plan_forward
-from picker.errors import UserError
 from picker.engine.slab import SlabLayer
 from picker.engine.tree import TokenTree
+from picker.errors import UserError
 
 __all__ = ["ForwardOutput", "TorchBackend", "resolve_device", "resolve_dtype"]
 _NO_DRAFTS = TokenTree((), ())

@@ -120,7 +120,7 @@ class DraftersSpec(Section):
 
     def named_strategies(self) -> dict[str, str]:
         """Every strategy the profile names -> the field naming it (to check against the registry)."""
-        out = {name: "drafters.disabled" for name in self.disabled}
+        out = dict.fromkeys(self.disabled, "drafters.disabled")
         out.update({key: f"drafters.{LEGACY_PREFIX}{key}" for key in self.legacy_allow})
         return out
 

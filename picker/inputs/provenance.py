@@ -189,7 +189,7 @@ def check_measurements(measurements: Any, profile: WorkloadProfile, allow_other_
 
 def costs_transfer(profile: WorkloadProfile, measurements: Any, explicit: bool | None = None) -> bool:
     """Whether the scorer uses the measured step costs: ``explicit`` when the caller says (a policy
-    trained on measured costs, a benchmark), else only when the provenance matches the deployment,
+    trained on measured costs, a regret evaluation), else only when the provenance matches the deployment,
     and for files without provenance when they were measured on the profile's own engine."""
     if explicit is not None:
         return explicit

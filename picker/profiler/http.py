@@ -79,7 +79,7 @@ class HttpClient:
                     if data == b"[DONE]":
                         return
                     yield arrived, self._json(url, data)
-            except (TimeoutError, socket.timeout):
+            except TimeoutError:
                 raise EndpointError(url, f"stream stalled: no event for {self.timeout:g} s") from None
             except (ConnectionError, http.client.HTTPException) as exc:
                 raise EndpointError(url, f"stream cut short: {exc.__class__.__name__}") from None
@@ -102,7 +102,7 @@ class HttpClient:
             if isinstance(exc.reason, ConnectionRefusedError):
                 raise _Transient("connection refused (is the server running?)") from None
             raise _Transient(f"cannot connect: {exc.reason}") from None
-        except (TimeoutError, socket.timeout):
+        except TimeoutError:
             raise _Transient(f"timed out after {self.timeout:g} s") from None
         except (ConnectionError, http.client.HTTPException) as exc:
             raise _Transient(f"connection failed: {exc.__class__.__name__}") from None
@@ -145,7 +145,7 @@ class HttpClient:
         try:
             with self._open(url, data, headers) as resp:
                 body = resp.read(MAX_BODY_BYTES + 1)
-        except (TimeoutError, socket.timeout):
+        except TimeoutError:
             raise _Transient(f"timed out after {self.timeout:g} s") from None
         except (ConnectionError, http.client.HTTPException) as exc:
             raise _Transient(f"connection failed: {exc.__class__.__name__}") from None

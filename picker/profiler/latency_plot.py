@@ -1,9 +1,10 @@
 """A PNG of p99 ITL and mean TPOT against load, plain decoding beside each strategy.
 
 One row per task and temperature; left p99 inter-token latency, right mean TPOT; x is concurrency
-(closed loop) or the offered request rate (open loop: rows of their own when a run has both). Plain decoding is the dashed line of each task, so a configuration whose mean TPOT
-falls while its p99 ITL rises (every rejected draft costs a whole draft + verify step) shows as
-lines crossing in opposite directions.
+(closed loop) or the offered request rate (open loop: rows of their own when a run has both). Plain
+decoding is the dashed line of each task, so a configuration whose mean TPOT falls while its p99 ITL
+rises (every rejected draft costs a whole draft + verify step) shows as lines crossing in opposite
+directions.
 
     >>> import tempfile, pathlib
     >>> cell = {"task": "code", "strategy": "ngram", "temperature": 0.0, "num_draft_tokens": 4, "tree": None,
@@ -20,7 +21,6 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
-
 
 Panel = tuple[str, float, str]  # (axis, temperature, task)
 

@@ -91,7 +91,7 @@ def print_load_table(summary: Mapping[str, Any], console: Any = None) -> None:
     for name in ("task", "strategy", "T", "N", *(f"C={c}" for c in levels), "crosses 1"):
         table.add_column(name, justify="left" if name in ("task", "strategy", "crosses 1") else "right")
     for cur in curves:
-        by = dict((c, g) for c, g in cur["gain"])
+        by = dict(cur["gain"])
         table.add_row(cur["task"], cur["strategy"], f"{cur['temperature']:g}",
                       cur["tree"] or str(cur["num_draft_tokens"]),
                       *("-" if c not in by else f"{by[c]:.2f}" for c in levels), cur["crossover_note"])

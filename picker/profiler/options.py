@@ -61,8 +61,9 @@ def unfilled_levels(levels: list[int], prompts: dict[str, list[Any]]) -> str | N
     in flight only with at least C prompts to serve, so such a level measures a smaller batch than
     its label says (None when every level is filled).
 
-        >>> unfilled_levels([1, 4, 16], {"chat": [0] * 8, "code": [0] * 20})
-        'concurrency 16 is above the 8 prompts of chat: its waves there hold at most 8 requests in flight (raise --limit-per-task)'
+        >>> print(unfilled_levels([1, 4, 16], {"chat": [0] * 8, "code": [0] * 20}))  # doctest: +NORMALIZE_WHITESPACE
+        concurrency 16 is above the 8 prompts of chat: its waves there hold at most 8 requests in flight
+        (raise --limit-per-task)
     """
     short = {t: len(v) for t, v in prompts.items() if levels and len(v) < levels[-1]}
     if not short:
@@ -197,5 +198,6 @@ def load_problems(rates: list[float] | None, burstiness: float, max_in_flight: i
         out.append(UserError(f"{gain_ci_target:g} outside [0, 1] (a share of the gain)", field="--gain-ci-target"))
     for name, value in slo.items():
         if value is not None and not 0 < value <= 3.6e6:
-            out.append(UserError(f"{value:g} outside (0, 3600000] milliseconds", field=f"--slo-{name.replace('_', '-')}"))
+            flag = f"--slo-{name.replace('_', '-')}"
+            out.append(UserError(f"{value:g} outside (0, 3600000] milliseconds", field=flag))
     return out

@@ -3,7 +3,8 @@
 A decode step of a server with speculation enabled is priced, in units of the same engine's plain
 decode step measured beside it (same prompts, interleaved rounds, same concurrency), as
 
-    step / plain_step = 1 + per_step + per_draft_step * [the step drafted] + per_draft_token * (draft tokens it verified)
+    step / plain_step = 1 + per_step + per_draft_step * [the step drafted]
+                          + per_draft_token * (draft tokens it verified)
 
 ``per_step`` is what the engine charges every step once speculation is on (bookkeeping, a larger
 batch layout, a draft pass that found nothing), ``per_draft_step`` what a step that drafted costs on
@@ -20,7 +21,8 @@ steps that drafted (``D / S``: n-gram lookup drafts rarely on some prompts and o
 draft model drafts every step) and the tokens per drafting step (``K / D``: N). Where one does not
 vary the fit merges what cannot be told apart and says so (``merged``).
 
-``pooled`` sums the rows of one cell into one (a cell's mean cost, weighted by steps). ``observations`` builds the rows from profiler records (``picker.profiler.records``): each speculative
+``pooled`` sums the rows of one cell into one (a cell's mean cost, weighted by steps). ``observations``
+builds the rows from profiler records (``picker.profiler.records``): each speculative
 request or wave against plain decoding's seconds per step on the same task, temperature and
 concurrency, from the same round where the run interleaved rounds.
 """
@@ -170,7 +172,8 @@ def observations(records: Iterable[Record]) -> list[Observation]:
         draft_steps = r.draft_steps if r.draft_steps is not None else r.steps
         out.append(Observation(steps=r.steps, draft_steps=draft_steps, drafted=r.drafted, seconds=_decode_s(r),
                                plain_step_s=seconds / steps,
-                               label=f"{c.strategy} N={c.num_draft_tokens} {c.task} T={c.temperature:g} C={c.concurrency}"))
+                               label=f"{c.strategy} N={c.num_draft_tokens} {c.task} T={c.temperature:g} "
+                                     f"C={c.concurrency}"))
     return out
 
 

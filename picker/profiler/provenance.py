@@ -106,7 +106,7 @@ def collect(source: Any, meta: Mapping[str, Any], prompts: Mapping[str, Sequence
         "prompts": str(meta.get("prompts") or "builtin"),
         "prompt_set_sha256": prompt_set_sha256(prompts),
         "chat_template": MODEL_TEMPLATE if meta.get("prompt_format") == "chat_template" else CHAT_TEMPLATE,
-        "date": _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
+        "date": _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat(),
     }
     out.update({k: v for k, v in own.items() if v is not None})
     return out

@@ -143,8 +143,8 @@ def arrival_times(cell: CellKey, prompts: Sequence[Prompt], params: GenParams) -
         return None
     import numpy as np
 
-    rng = np.random.default_rng([params.seed, zlib.crc32(f"{cell.task}|{cell.temperature:g}|{cell.request_rate:g}".encode()),
-                                 *(zlib.crc32(p.id.encode()) for p in prompts)])
+    cell_seed = zlib.crc32(f"{cell.task}|{cell.temperature:g}|{cell.request_rate:g}".encode())
+    rng = np.random.default_rng([params.seed, cell_seed, *(zlib.crc32(p.id.encode()) for p in prompts)])
     shape = params.burstiness
     gaps = rng.gamma(shape, 1.0 / (cell.request_rate * shape), size=len(prompts))
     return [0.0, *(float(x) for x in np.cumsum(gaps[:-1]))]

@@ -11,8 +11,9 @@ A cell stops, after at least ``min_samples`` generations, when one of these hold
 The plain baseline (timing only) stops after ``plain_samples`` prompts; speedups are computed on
 the prompts both ran. With ``gain_ci_target`` set, precision also needs the A/B gain's interval over
 rounds (``picker.profiler.ab``) within ± that share of the gain, and plain decoding runs every round
-a configuration runs (the gain is paired round by round). Rules 2 and 3 use the i.i.d. α (``alpha_iid``) and the measured step costs: S(α) = E[L](α, N) /
-(N·c + v), with c and v relative to a plain target forward when the plain baseline was timed.
+a configuration runs (the gain is paired round by round). Rules 2 and 3 use the i.i.d. α
+(``alpha_iid``) and the measured step costs: S(α) = E[L](α, N) / (N·c + v), with c and v relative to a
+plain target forward when the plain baseline was timed.
 (Stopping at a data-dependent time makes a percentile interval slightly optimistic; the minimum
 sample count and a target far below the gaps that decide a strategy keep that harmless here.)
 
@@ -105,7 +106,8 @@ def decide(
         if key.is_plain or stats is None or stats.samples < rule.min_samples:
             continue
         gain = (gains or {}).get(key, {})
-        gain_ok = not paired or relative_half_width(gain.get("gain_ci"), gain.get("gain_vs_plain")) <= rule.gain_ci_target
+        spread = relative_half_width(gain.get("gain_ci"), gain.get("gain_vs_plain"))
+        gain_ok = not paired or spread <= rule.gain_ci_target
         alpha_ok = rule.precise(stats.half_width, stats.samples) or (
             paired and rule.early and rule.ci_target == 0 and stats.samples >= rule.min_samples)
         if alpha_ok and gain_ok:

@@ -217,7 +217,8 @@ def build_summary(records: Sequence[Record], stops: Mapping[str, str], run: Mapp
         recs = by_cell[key]
         if key.is_plain:
             ps = plain_stats[key.group]
-            (open_base if key.open_loop else baselines).append({"task": key.task, "temperature": key.temperature, "strategy": key.strategy,
+            (open_base if key.open_loop else baselines).append({"task": key.task, "temperature": key.temperature,
+                              "strategy": key.strategy,
                               "concurrency": key.concurrency, "tokens_per_second": _r(ps.tokens_per_second, 3),
                               "throughput_tokens_per_second": _r(_throughput(recs), 3), "samples": ps.samples,
                               "tokens": ps.tokens, "target_forwards": ps.forwards, "seconds": _r(ps.wall_s, 3),

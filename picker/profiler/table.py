@@ -38,7 +38,8 @@ def print_summary(summary: Mapping[str, Any], console: Console | None = None) ->
         lo, hi = c["alpha_ci"]
         per = " ".join(_f(p, ".2f") for p in (c.get("per_position") or [])[:4])
         level = (str(c.get("concurrency", 1)),) if loaded else ()
-        table.add_row(c["task"], c["strategy"], f"{c['temperature']:g}", *level, c["tree"] or str(c["num_draft_tokens"]),
+        table.add_row(c["task"], c["strategy"], f"{c['temperature']:g}", *level,
+                      c["tree"] or str(c["num_draft_tokens"]),
                       f"{c['alpha']:.3f}", f"{lo:.2f}-{hi:.2f}", _f(c.get("alpha_iid")), per,
                       _f(c.get("tau"), ".2f"), _f(c.get("cost_ratio"), ".2f"), _f(c.get("tokens_per_second"), ".0f"),
                       _f(c.get("speedup_vs_plain"), ".2f"), *(_latency(c) if timed else ()),
@@ -73,11 +74,15 @@ def print_open_loop_table(summary: Mapping[str, Any], console: Console | None = 
     for name in ("task", "strategy", "T", "N", "rate", "cap", "req/s", "tok/s", "gain [95% CI]", "TTFT p99",
                  "ITL p50", "ITL p99", "TPOT", "SLO met", "goodput"):
         table.add_column(name, justify="left" if name in ("task", "strategy") else "right", no_wrap=True)
-    for c in sorted(rows, key=lambda c: (c["task"], c["temperature"], c["request_rate_per_second"], c["strategy"] != "plain")):
+    def order(c: dict[str, Any]) -> tuple[Any, ...]:
+        return c["task"], c["temperature"], c["request_rate_per_second"], c["strategy"] != "plain"
+
+    for c in sorted(rows, key=order):
         ci = c.get("gain_ci")
         gain = _f(c.get("gain_vs_plain"), ".2f") + (f" [{ci[0]:.2f}-{ci[1]:.2f}]" if ci else "")
         table.add_row(c["task"], c["strategy"], f"{c['temperature']:g}", str(c.get("num_draft_tokens", 0)),
-                      f"{c['request_rate_per_second']:g}", str(c.get("concurrency") or "-"), _f(c.get("requests_per_second"), ".2f"),
+                      f"{c['request_rate_per_second']:g}", str(c.get("concurrency") or "-"),
+                      _f(c.get("requests_per_second"), ".2f"),
                       _f(c.get("throughput_tokens_per_second"), ".0f"), gain if c["strategy"] != "plain" else "",
                       _f(c.get("ttft_ms_p99"), ".1f"), _f(c.get("itl_ms_p50"), ".1f"), _f(c.get("itl_ms_p99"), ".1f"),
                       _f(c.get("tpot_ms_mean"), ".1f"), _f(c.get("slo_attainment"), ".2f"),

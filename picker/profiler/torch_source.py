@@ -112,7 +112,8 @@ class TorchSource:
 
     def describe(self) -> dict[str, Any]:
         return {"backend": "torch", "model": str(self.model_dir), "device": self.device, "threads": self.threads,
-                "artifacts": {k: str(v) for k, v in sorted(self.artifacts.items())}, "prompt_format": self.prompt_format}
+                "artifacts": {k: str(v) for k, v in sorted(self.artifacts.items())},
+                "prompt_format": self.prompt_format}
 
     def provenance(self) -> dict[str, Any]:
         """What only this source knows (``picker.profiler.provenance``): the loaded target's size and

@@ -86,7 +86,8 @@ class CostSource:
 
     ``ctx`` is the load curve every step the measurements do not price is priced on (its constants
     from ``calibration`` where a file was given; another engine's curve where the caller names one:
-    ``bench.regret.load`` prices the reference loop itself, ``hf``, which no profile's engine names).
+    a regret evaluation under load prices the reference loop itself, ``hf``, which no profile's engine
+    names).
     ``gains``: the measured gain against concurrency per configuration, empty unless ``kind`` is
     ``measured``; ``unused_gains``: the measurements had such curves but their costs do not transfer.
     """

@@ -132,8 +132,8 @@ def rollout(strategy: str, break_even: float, accept_length: float, itl_p99: flo
          greedy_gate_text(engine)),
         ("measure alpha", "Measure per-token acceptance per task on live traffic "
          "(`specpick profile --backend <engine> --url ...`).",
-         f"alpha >= break-even {fraction(break_even)} (accept length >= {fraction(accept_length)} tokens per verify) for "
-         "every task with real traffic; otherwise turn it off "
+         f"alpha >= break-even {fraction(break_even)} (accept length >= {fraction(accept_length)} tokens per "
+         "verify) for every task with real traffic; otherwise turn it off "
          "for that traffic or re-run `specpick recommend --measurements`"),
         ("watch tail latency", "Compare p99 inter-token latency with the baseline at the same load.",
          itl_gate(itl, itl_p99)),
@@ -231,8 +231,8 @@ def _speculation_off(table: ScoredTable, usable: list[Scored], path: str, unsure
                f"the workload, range {times(u.low)}-{times(u.high)}: the low end does not clear {times(ENABLE_LOW)} "
                "and no A/B gain measured at the deployment's concurrency is above 1.0x, so the evidence cannot "
                f"tell it from slower than plain decoding; to decide it, measure: `{u.measure}`")
-        row = row.model_copy(update=dict(predicted_speedup_range=(rounded(u.low), rounded(u.high)), uncertain=True,
-                                         measure=u.measure))
+        row = row.model_copy(update={"predicted_speedup_range": (rounded(u.low), rounded(u.high)), "uncertain": True,
+                                     "measure": u.measure})
     else:
         why = ((slo_blocked(table) or "no strategy is deployable on this profile") if not usable else
                f"the best option ({usable[0].plugin.name}, {usable[0].config.label}) predicts only "

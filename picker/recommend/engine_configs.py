@@ -115,7 +115,7 @@ ENGINE_GREEDY: dict[str, GreedyExactness] = {
         "models, its greedy output with a draft model differed from its own plain greedy output on 5 of 10 "
         "prompts")),
     # https://docs.vllm.ai/en/v0.19.0/features/speculative_decoding/ "Lossless guarantees of
-    # Speculative Decoding". Seen identical here only on a tiny float32 model on CPU (FACTS.md).
+    # Speculative Decoding". Seen identical here only on a tiny float32 model on CPU (docs/facts.md).
     "vllm": GreedyExactness(False, NEAR_TIE_NATS, (
         "vLLM documents that outputs with and without speculation can differ through floating-point "
         "precision and batch-size-dependent numerics")),
@@ -303,7 +303,8 @@ def _vllm(cfg: EngineConfig, req: DeployRequest, schedule: list[ScheduleEntry],
         else:
             notes.append(f"vllm: {missing or 'no batch-size schedule for this method'}; it drafts "
                          f"{spec.get('num_speculative_tokens')} tokens at every batch size")
-    return {"speculative_config": spec, "args": ["--speculative-config", json.dumps(spec, separators=(",", ":"))]}, since
+    args = ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
+    return {"speculative_config": spec, "args": args}, since
 
 
 def _trt(cfg: EngineConfig, req: DeployRequest, schedule: list[ScheduleEntry],
@@ -393,7 +394,8 @@ def build_engine_configs(
         version, warning = resolve_version(engine, (versions or {}).get(engine))
         head: dict[str, Any] = {"version": version, **({"warning": warning} if warning else {})}
         name = names.get(engine)
-        offer = f"; use the {_either([e for e in have if e != engine])} config instead" if len(have) > (engine in have) else ""
+        others = [e for e in have if e != engine]
+        offer = f"; use the {_either(others)} config instead" if others else ""
         if name is None:
             out[engine] = {**head, "supported": False,
                            "reason": f"{engine} ({version}) has no algorithm for strategy '{strategy}'{offer}"}

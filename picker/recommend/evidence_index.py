@@ -33,7 +33,7 @@ from picker.inputs.workload import WorkloadProfile
 from picker.recommend.table import Alpha, Bucket, Option
 from policies import Candidate, CostContext, CostEvidence, Evidence, evidence_from_cell, live_step_points, load_priors
 
-CACHE = 1 << 16  # entries per cache: far above one recommendation's needs, bounded for long benches
+CACHE = 1 << 16  # entries per cache: far above one recommendation's needs, bounded for long evaluations
 
 
 @dataclass(frozen=True, eq=False)

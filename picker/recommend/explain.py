@@ -49,8 +49,8 @@ def _evidence(table: ScoredTable, index: EvidenceIndex, costs: CostSource, row: 
         out["cost"] = {"source": "measured", "draft_unit": round(ev.cost.draft_unit, 4),
                        "draft_share": rounded(ev.cost.draft_share), "verify_curve_points": len(ev.cost.verify)}
     else:
-        out["cost"] = {"source": "roofline", "c": round(c.cost_ratio, 4), "v": rounded(c.verify_ratio), "bound": c.bound,
-                       "calibration": table.calibration}
+        out["cost"] = {"source": "roofline", "c": round(c.cost_ratio, 4), "v": rounded(c.verify_ratio),
+                       "bound": c.bound, "calibration": table.calibration}
     if b.key in row.corrections:
         out["learned_correction"] = rounded(row.corrections[b.key])
     if ev.citations:
@@ -58,7 +58,8 @@ def _evidence(table: ScoredTable, index: EvidenceIndex, costs: CostSource, row: 
     return out
 
 
-def explain_rows(table: ScoredTable, index: EvidenceIndex, costs: CostSource, top: int = TOP) -> tuple[dict[str, Any], ...]:
+def explain_rows(table: ScoredTable, index: EvidenceIndex, costs: CostSource,
+                 top: int = TOP) -> tuple[dict[str, Any], ...]:
     """Per task type, each strategy's best deployable configuration on that task, ranked (``top`` of them)."""
     rows = []
     usable = [o for o in table.rows if o.deployable]
@@ -91,7 +92,8 @@ def markdown(rows: Sequence[dict[str, Any]], notes: Sequence[str]) -> str:
     lines = ["", "## Explain: best configuration of each strategy, per task type", ""]
     lines += [f"> {n}" for n in notes] + ([""] if notes else [])
     for row in rows:
-        lines += [f"### {row['task']}", "", "| strategy | config | predicted | range | alpha (source) | cost | correction |",
+        lines += [f"### {row['task']}", "",
+                  "| strategy | config | predicted | range | alpha (source) | cost | correction |",
                   "|---|---|---|---|---|---|---|"]
         for c in row["candidates"]:
             e, p = c["evidence"], c["predicted_speedup"]

@@ -47,7 +47,7 @@ SLO_LABELS = {"itl_p99_ms": "p99 ITL", "itl_p50_ms": "p50 ITL", "ttft_ms": "TTFT
 CONSTRAINTS = ("itl_p99_ms", "ttft_ms", "tpot_ms")
 # The rollout's tail-latency gate: the canary's p99 ITL over the baseline's may exceed the predicted
 # ratio by this much before it fails. The model's p99 has no machine jitter (a preempted thread, a
-# network hiccup) and is validated to about this median error (bench/load/latency_validation.py).
+# network hiccup) and is validated to about this median error (docs/latency-prediction.md).
 ITL_GATE_TOLERANCE = 0.15
 
 
@@ -191,7 +191,9 @@ def _plain_what(slo: str, lat: Latency, tr: Traffic) -> str:
     if slo == "tpot_ms":
         return "per output token"
     value = _value(lat, slo)
-    return "a step" if abs(value - lat.step_ms) < 1e-6 else f"(a {_ms(lat.step_ms)} ms step plus other requests' prefills)"
+    if abs(value - lat.step_ms) < 1e-6:
+        return "a step"
+    return f"(a {_ms(lat.step_ms)} ms step plus other requests' prefills)"
 
 
 def worst(slo: str, by_batch: Mapping[int, tuple[Latency, Latency]], use: int) -> tuple[int, float]:
@@ -274,7 +276,8 @@ def slo_checks(table: ScoredTable, deployed: Deployment | None, tr: Traffic | No
     for batch in sorted({b.batch for b in table.buckets}):
         plain_s = _plain_at(table, tr.ctx, batch)
         settings = deployed_settings(table, deployed, batch, plain_s)
-        plain = latency(plain_s, 1.0, tr.prefill_s, tr.long_prefill_s, tr.output_tokens, batch, joint_share=tr.joint_share)
+        plain = latency(plain_s, 1.0, tr.prefill_s, tr.long_prefill_s, tr.output_tokens, batch,
+                        joint_share=tr.joint_share)
         opt = mixture(settings, tr, batch)
         by_batch[batch] = (plain, _with_ttft(opt, mixture(settings, tr, batch, long=True).ttft_ms))
     who = "the plan" if deployed is not None else "leaving speculation off"

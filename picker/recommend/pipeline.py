@@ -9,8 +9,8 @@ table → decision → one :class:`~picker.recommend.result.Result` every render
 :func:`load_inputs` reads what a command names (profile, measurements with their provenance
 check, the verify curve beside them, a calibration file, a policy artifact and whether its domain
 covers the deployment) once, for ``specpick recommend`` and ``specpick report`` alike;
-:func:`recommend` is the one place a Recommendation is built. The SDK plan and the regret bench
-call it too (the bench with its own options and engine curve).
+:func:`recommend` is the one place a Recommendation is built. The SDK plan and the regret evaluation
+(``docs/policy.md``) call it too (the evaluation with its own options and engine curve).
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def recommend(profile: WorkloadProfile, measurements: Measurements | None = None
     measurements' step costs transfer (``picker.inputs.provenance.costs_transfer``);
     ``verify_curve`` shapes measured verify costs; ``calibration`` replaces load-curve constants
     (``policies.calibration_for``). ``options`` replaces the profile's own (``options.options_for``)
-    and ``engine`` the load curve's engine: the regret bench scores exactly the configurations a
+    and ``engine`` the load curve's engine: the regret evaluation scores exactly the configurations a
     sweep measured, priced on the reference loop's curve.
     """
     index = index_evidence(profile, measurements, measured_costs=measured_costs, verify_curve=verify_curve)

@@ -64,7 +64,8 @@ def with_provenance(rec: Recommendation, profile: WorkloadProfile, measurements:
     update: dict[str, Any] = {
         "evidence": ev.model_copy(update={
             "citations": merge_citations(citations), "notes": [*ev.notes, *match.notes],
-            "provenance": match.status, "measured_on": match.measured_model if label and ev.source != "prior" else None}),
+            "provenance": match.status,
+            "measured_on": match.measured_model if label and ev.source != "prior" else None}),
         "warnings": [*rec.warnings, *(match.notes if match.status != "measured" else ())],
     }
     if label:

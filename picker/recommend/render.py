@@ -15,8 +15,8 @@ from typing import Any
 
 from picker.recommend.contract import Recommendation
 from picker.recommend.explain import markdown as explain_markdown
-from picker.recommend.latency import latency_markdown
 from picker.recommend.figures import SCHEDULE_COLUMNS, fraction, headline, schedule_rows, times
+from picker.recommend.latency import latency_markdown
 from picker.recommend.result import Result
 
 FORMATS = ("md", "json", "yaml")
@@ -68,8 +68,8 @@ def _engine_block(name: str, cfg: dict[str, Any]) -> list[str]:
     if name == "tensorrt_llm":
         import yaml
 
-        lines += ["```yaml", yaml.safe_dump({"speculative_config": cfg["speculative_config"]}, sort_keys=False).rstrip(),
-                  "```"]
+        spec = yaml.safe_dump({"speculative_config": cfg["speculative_config"]}, sort_keys=False).rstrip()
+        lines += ["```yaml", spec, "```"]
     return lines + [""]
 
 
@@ -102,7 +102,8 @@ def markdown(rec: Recommendation) -> str:
         ]
         out += ["### When not to speculate", ""]
         sw = d.temperature_switch
-        out.append(f"- Temperature: {'turn it off above T = ' + format(sw.above, 'g') if sw.above is not None else 'no switch needed'} ({sw.reason}).")
+        when = f"turn it off above T = {sw.above:g}" if sw.above is not None else "no switch needed"
+        out.append(f"- Temperature: {when} ({sw.reason}).")
         on = rec.evidence.measured_on
         heads = [name + (_on(on) if name.startswith("predicted speedup") else "") for name, _ in SCHEDULE_COLUMNS]
         out += ["", "| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
@@ -127,7 +128,8 @@ def markdown(rec: Recommendation) -> str:
                    else f"N={c.num_speculative_tokens}")
         ok = "yes" if c.feasible and c.engine_supported else "no"
         out.append(f"| {c.strategy} | {setting} | {times(c.predicted_speedup.mean)} "
-                   f"({times(c.predicted_speedup.low)}–{times(c.predicted_speedup.high)}) | {fraction(c.break_even_alpha)} | "
+                   f"({times(c.predicted_speedup.low)}–{times(c.predicted_speedup.high)}) | "
+                   f"{fraction(c.break_even_alpha)} | "
                    f"{ok} | {'; '.join(c.notes)} |")
     if rec.engine_configs:
         out += ["", "## Engine configs (ready to paste)", ""]

@@ -32,9 +32,11 @@ SECTIONS = ("decision", "rollout", "per-task", "alpha", "gain", "schedule", "mea
 CSS = """
 body{font:15px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1d2430;background:#f6f7f9}
 main{max-width:1040px;margin:0 auto;padding:24px}
-h1{font-size:24px;margin:0 0 4px}h2{font-size:19px;margin:28px 0 10px;border-bottom:1px solid #dde1e6;padding-bottom:4px}
+h1{font-size:24px;margin:0 0 4px}
+h2{font-size:19px;margin:28px 0 10px;border-bottom:1px solid #dde1e6;padding-bottom:4px}
 section{background:#fff;border:1px solid #e2e5ea;border-radius:8px;padding:4px 18px 14px;margin:14px 0}
-table{border-collapse:collapse;width:100%;font-size:14px}th,td{text-align:left;padding:5px 8px;border-bottom:1px solid #eceef1}
+table{border-collapse:collapse;width:100%;font-size:14px}
+th,td{text-align:left;padding:5px 8px;border-bottom:1px solid #eceef1}
 th{background:#f1f3f6}.num{text-align:right;font-variant-numeric:tabular-nums}
 .badge{display:inline-block;padding:1px 8px;border-radius:10px;font-size:12px;background:#e8ecf2}
 .measured{background:#d6f0dc}.prior{background:#f3e6c8}.mixed{background:#dce6f5}
@@ -129,7 +131,8 @@ def _decision(rec: Recommendation) -> str:
                 f'α ≥ <b>{_e(h.break_even_alpha)}</b> (≥ {_e(h.accept_length)} tokens per verify step, '
                 'bonus included).</p>')
         sw = d.temperature_switch
-        head += (f"<p>Temperature switch: {_e('off above T = ' + format(sw.above, 'g') if sw.above is not None else 'none')}"
+        when = f"off above T = {sw.above:g}" if sw.above is not None else "none"
+        head += (f"<p>Temperature switch: {_e(when)}"
                  f" — {_e(sw.reason)}.</p>")
     why = "".join(f"<li>{_e(r)}</li>" for r in rec.rationale)
     warns = "".join(f'<div class="warn">{_e(w)}</div>' for w in rec.warnings)
@@ -165,7 +168,8 @@ def _alternatives(rec: Recommendation) -> str:
     rows = []
     for c in rec.alternatives:
         t = c.tree
-        setting = f"depth {t.depth}, top-k {t.topk}, {t.num_draft_tokens} tokens" if t else f"N={c.num_speculative_tokens}"
+        setting = (f"depth {t.depth}, top-k {t.topk}, {t.num_draft_tokens} tokens" if t
+                   else f"N={c.num_speculative_tokens}")
         p = c.predicted_speedup
         rows.append([_e(c.strategy), _e(setting), _e(f"{_x(p.mean)} ({_x(p.low)}–{_x(p.high)})"),
                      _e(fraction(c.break_even_alpha)), "yes" if c.feasible and c.engine_supported else "no",
@@ -186,7 +190,8 @@ def _engines(configs: dict[str, Any]) -> str:
             parts.append(f"<p class=\"muted\">{_e(cfg['note'])}</p>")
         for j, (kind, caption, text) in enumerate(config_blocks(name, cfg)):
             ident = f"cfg-{i}-{j}"
-            parts.append(f'<div class="config" data-engine="{_e(name)}" data-kind="{_e(kind)}"><span class="muted">{_e(caption)}</span>'
+            parts.append(f'<div class="config" data-engine="{_e(name)}" data-kind="{_e(kind)}">'
+                         f'<span class="muted">{_e(caption)}</span>'
                          f'<button class="copy" type="button" data-target="{ident}">Copy</button>'
                          f'<pre id="{ident}">{_e(text)}</pre></div>')
     return "".join(parts)
@@ -244,7 +249,8 @@ def _gain_words(result: Result) -> list[str]:
             f"{'above' if s.mean[0] >= 1.0 else 'below'} 1x at every N drawn"
         out.append(f"{s.label}: {where}; deployed N = {result.recommendation.decision.num_speculative_tokens}")
     if result.gain_batch:
-        out += [f"batch {cells[0]}: {cells[1]} draft tokens, {cells[2]}" for cells in schedule_rows(result.recommendation)]
+        out += [f"batch {cells[0]}: {cells[1]} draft tokens, {cells[2]}"
+                for cells in schedule_rows(result.recommendation)]
     return out
 
 

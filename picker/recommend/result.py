@@ -1,7 +1,7 @@
 """The one result of ``picker.recommend.pipeline.recommend``: every number a rendering shows.
 
 Markdown, JSON and YAML (``render``), ``--explain`` and ``--plot`` (``explain``), the HTML report
-(``report``), the SDK plan (``picker.sdk.plan``) and the regret bench read a :class:`Result`; none
+(``report``), the SDK plan (``picker.sdk.plan``) and the regret evaluation read a :class:`Result`; none
 of them scores or decides again. A new predicted quantity is added where it is computed (the
 scored table, or the deployment) and carried here once; the Recommendation contract holds what
 the JSON prints, ``figures`` how text prints it.

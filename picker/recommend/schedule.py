@@ -208,11 +208,11 @@ def batch_schedule(rows: Sequence[Scored], chosen: Scored, bs: Sequence[Bucket],
         # high end reaches 1) but its low end does not clear the bar; on at a length the engine
         # runs at every batch, where the low end here does not clear it.
         sure = enabled(best_o[grid[0]], kept, grid[0])
-        ranges.append(row.model_copy(update=dict(
-            predicted_speedup=round(first.mean, 3), predicted_speedup_at_max_batch=round(at[grid[-1]].mean, 3),
-            break_even_alpha=be, break_even_at_batch=ref if be is not None else None,
-            predicted_speedup_range=(round(low, 3), round(high, 3)),
-            uncertain=not sure and (high >= 1.0 if not k else True), step_cost=sources[grid[0]])))
+        ranges.append(row.model_copy(update={
+            "predicted_speedup": round(first.mean, 3), "predicted_speedup_at_max_batch": round(at[grid[-1]].mean, 3),
+            "break_even_alpha": be, "break_even_at_batch": ref if be is not None else None,
+            "predicted_speedup_range": (round(low, 3), round(high, 3)),
+            "uncertain": not sure and (high >= 1.0 if not k else True), "step_cost": sources[grid[0]]}))
         if ranges[-1].uncertain and measure is not None:
             levels = sorted({b.batch for b in bs if lo <= b.batch and (hi is None or b.batch <= hi)}) or [grid[0]]
             ranges[-1] = ranges[-1].model_copy(update={"measure": measure(best_o[grid[0]], levels)})

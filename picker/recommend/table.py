@@ -22,7 +22,6 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from picker.engine.plugins import Capabilities, StrategyPlugin
-
 from policies import Config, chain
 
 if TYPE_CHECKING:

@@ -6,7 +6,7 @@ measured A/B gain's interval where the profiler timed that configuration at that
 (:func:`widened`) -- and the model's own: the load curve's held-out error
 (``policies.HELD_OUT_ERROR``: 80 % of 60 published speedups it was not fitted on lie within 15.5 %;
 on a CPU deployment ``CPU_HELD_OUT_ERROR``, 32.5 %, from interleaved runs on the zoo and llama.cpp).
-``python -m bench.regret.coverage`` checks on held-out runs how often measured gains fall inside.
+How often measured gains fall inside, on held-out runs: ``docs/load-curve.md`` (coverage).
 
 The decision rule (:func:`enabled`): a setting is on for some traffic only where its predicted
 range's low end clears :data:`ENABLE_LOW`, or where the A/B gain measured at that concurrency, with
@@ -34,7 +34,7 @@ from policies import HELD_OUT_ERROR, Config
 # The lower bound must clear 1 by this much to turn speculation on. The bound already holds the
 # model's held-out error (policies.HELD_OUT_ERROR / CPU_HELD_OUT_ERROR, each the 80th percentile of
 # |error|: about one outcome in ten falls below the low end); the margin is the 2 % a deployment change
-# must buy anyway (table.NOT_WORTH_IT). Checked on held-out runs (python -m bench.regret.coverage, 60
+# must buy anyway (table.NOT_WORTH_IT). Checked on held-out runs (docs/load-curve.md, coverage; 60
 # interleaved gains on the zoo and llama.cpp): of the 22 whose predicted low end cleared 1.02, one
 # measured below 1 (0.82x, one prompt of summarization that the other run of the same measured at 1.27x).
 ENABLE_MARGIN = 0.02

@@ -4,7 +4,7 @@ The draft is the target's embeddings, first ``num_layers`` decoder layers, final
 The paired target is the original with every later layer's contribution to the residual stream
 multiplied by ε (their output projections ``o_proj`` and ``down_proj`` scaled; Llama has no
 biases, so this scales each layer's whole update). At ε = 0 the two models are the same function
-and acceptance is 1; as ε grows the target drifts from the draft. FACTS.md records about 98%
+and acceptance is 1; as ε grows the target drifts from the draft. docs/facts.md records about 98%
 acceptance at ε = 0.005 and about 70% at ε = 0.05 with this construction.
 
     >>> pair = make_eps_draft(zoo.target, tmp / "eps", eps=0.01, num_layers=1)  # doctest: +SKIP

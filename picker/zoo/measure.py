@@ -1,6 +1,6 @@
 """What the zoo report measures beyond loss: forward costs and how well the draft tracks the target.
 
-Costs are taken the way FACTS.md asks for this machine: one thread, batch 1, a KV cache filled to
+Costs are taken the way a shared CPU asks for (docs/facts.md): one thread, batch 1, a KV cache filled to
 a realistic context, the compared calls interleaved pair by pair, medians quoted. Agreement is
 teacher-forced on held-out text: at each position, does the draft's argmax equal the target's
 (greedy acceptance), and what is ``Σ_x min(p(x), q(x))`` (the acceptance rate α at temperature 1).

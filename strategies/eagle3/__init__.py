@@ -16,7 +16,10 @@ from picker.engine.plugins import Capabilities, DraftOptions, StrategyPlugin
 PLUGIN = StrategyPlugin(
     name="eagle3",
     summary="A one-layer draft transformer on fused target hidden states grows a dynamic tree (EAGLE-3, Li 2025).",
-    capabilities=Capabilities(needs_hidden_states=True, trainable_heads=True, tree=True, sampled_tree=False, artifact="eagle3_head", draft_cost="target_layer", engines={"sglang": "EAGLE3", "vllm": "eagle3", "tensorrt_llm": "Eagle3", "llama_cpp": None}),
+    capabilities=Capabilities(needs_hidden_states=True, trainable_heads=True, tree=True, sampled_tree=False,
+                              artifact="eagle3_head", draft_cost="target_layer",
+                              engines={"sglang": "EAGLE3", "vllm": "eagle3", "tensorrt_llm": "Eagle3",
+                                       "llama_cpp": None}),
     # artifact: the head folder; topk, depth, num_draft_tokens override its stored drafting defaults.
     make_drafter="strategies.eagle3.drafter:make_drafter",
     # A tree of depth x topk with num_draft_tokens = kept nodes + 1 (SGLang's convention); a chain

@@ -32,7 +32,15 @@ from pathlib import Path
 
 import torch
 
-from picker.engine.draft_layer import CONFIG_NAME, KV, WEIGHTS_NAME, DraftLayer, causal_mask, load_head_weights, save_head
+from picker.engine.draft_layer import (
+    CONFIG_NAME,
+    KV,
+    WEIGHTS_NAME,
+    DraftLayer,
+    causal_mask,
+    load_head_weights,
+    save_head,
+)
 
 __all__ = ["CONFIG_NAME", "KV", "WEIGHTS_NAME", "Eagle3Config", "Eagle3Head", "causal_mask", "default_feature_layers"]
 

@@ -14,7 +14,9 @@ from picker.engine.plugins import Capabilities, DraftOptions, StrategyPlugin
 PLUGIN = StrategyPlugin(
     name="lookahead",
     summary="Jacobi iteration fills an n-gram pool whose candidates are verified in the same forward (Fu 2024).",
-    capabilities=Capabilities(deterministic_draft=True, draft_cost="in_forward", engines={"sglang": "NGRAM", "vllm": None, "tensorrt_llm": "Lookahead", "llama_cpp": None}),
+    capabilities=Capabilities(deterministic_draft=True, draft_cost="in_forward",
+                              engines={"sglang": "NGRAM", "vllm": None, "tensorrt_llm": "Lookahead",
+                                       "llama_cpp": None}),
     # No model, no artifact: window W, n-gram size N and verification set G are its knobs.
     make_drafter="strategies.lookahead.drafter:make_drafter",
     # An n-gram of n tokens proposes n - 1 drafts; all G candidates ride in one forward (uncapped).

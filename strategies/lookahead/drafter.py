@@ -84,7 +84,7 @@ class LookaheadDrafter:
         # Any initial guesses work (they are verified); prompt tokens beat random ones.
         n_cells = self.W * (self.N - 1)
         fill = [int(prompt_ids[(i + 1) % len(prompt_ids)]) for i in range(n_cells)]
-        self._levels = [fill[l * self.W : (l + 1) * self.W] for l in range(self.N - 1)]
+        self._levels = [fill[level * self.W : (level + 1) * self.W] for level in range(self.N - 1)]
         self._pool = {}
         self._top = []
 

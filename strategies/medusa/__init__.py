@@ -17,7 +17,9 @@ PLUGIN = StrategyPlugin(
     name="medusa",
     summary="Extra decoding heads on the target last hidden state propose a static token tree (Medusa, Cai 2024).",
     # artifact_heads: heads a trained set holds when the profile does not say (Medusa-1 ships 4-5, Cai et al. 2024).
-    capabilities=Capabilities(needs_hidden_states=True, trainable_heads=True, tree=True, artifact="medusa_heads", artifact_heads=4, draft_cost="heads", engines={"sglang": None, "vllm": "medusa", "tensorrt_llm": "Medusa", "llama_cpp": None}),
+    capabilities=Capabilities(needs_hidden_states=True, trainable_heads=True, tree=True, artifact="medusa_heads",
+                              artifact_heads=4, draft_cost="heads",
+                              engines={"sglang": None, "vllm": "medusa", "tensorrt_llm": "Medusa", "llama_cpp": None}),
     # artifact: the heads folder; choices (rank paths) overrides the tree stored with the heads.
     make_drafter="strategies.medusa.drafter:make_drafter",
     # No length option: a chain is each head's top guess, a tree its rank paths.

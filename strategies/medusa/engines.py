@@ -11,7 +11,8 @@ def tensorrt_llm(req: DeployRequest) -> EngineConfig:
     tree = [list(c) for c in req.choices] if req.choices else medusa_choices(req.depth, req.topk,
                                                                                max(req.num_draft_tokens - 1, 1))
     return EngineConfig(
-        config={"decoding_type": req.algorithm, "max_draft_len": len(tree), "num_medusa_heads": max(len(p) for p in tree),
+        config={"decoding_type": req.algorithm, "max_draft_len": len(tree),
+                "num_medusa_heads": max(len(p) for p in tree),
                 "speculative_model": req.artifact, "medusa_choices": tree},
         notes=("tensorrt_llm: Medusa runs on the TensorRT engine backend (trtllm-build), not PyTorch",),
         schedule=False)

@@ -127,7 +127,8 @@ class MtpDrafter:
                 dev = h.device
                 ids = torch.as_tensor([[tokens[-1]]], device=dev)
                 mask = torch.ones(1, past[0].shape[2] + 1, dtype=torch.bool, device=dev)  # type: ignore[index]
-                g, _ = self.heads.modules_[m](h[None], self.target.embed(ids), torch.tensor([root], device=dev), mask, past)
+                g, _ = self.heads.modules_[m](h[None], self.target.embed(ids), torch.tensor([root], device=dev),
+                                              mask, past)
                 h = g[0]
             logits = self.target.logits(h)[-1].double().cpu().numpy()  # to the host
             if sample:

@@ -14,7 +14,9 @@ from picker.engine.plugins import Capabilities, StrategyPlugin
 PLUGIN = StrategyPlugin(
     name="ngram",
     summary="Prompt lookup: match the last n tokens in prompt and output, propose what followed (Saxena 2023).",
-    capabilities=Capabilities(deterministic_draft=True, draft_cost="cpu_lookup", engines={"sglang": "NGRAM", "vllm": "ngram", "tensorrt_llm": "NGram", "llama_cpp": "ngram-simple"}),
+    capabilities=Capabilities(deterministic_draft=True, draft_cost="cpu_lookup",
+                              engines={"sglang": "NGRAM", "vllm": "ngram", "tensorrt_llm": "NGram",
+                                       "llama_cpp": "ngram-simple"}),
     # No model, no artifact: num_draft_tokens and the match sizes n_max..n_min are its knobs.
     make_drafter="strategies.ngram.drafter:make_drafter",
     engine_configs={engine: f"strategies.ngram.engines:{engine}"

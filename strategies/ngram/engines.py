@@ -42,5 +42,6 @@ def llama_cpp(req: DeployRequest) -> EngineConfig:
     proposed 0 drafts in 658 steps on the real Qwen pair).
     """
     n = req.depth
-    return EngineConfig(args=("--spec-type", req.algorithm, "--spec-ngram-simple-size-n", str(min(LLAMA_NGRAM_LOOKUP, n)),
+    return EngineConfig(args=("--spec-type", req.algorithm,
+                              "--spec-ngram-simple-size-n", str(min(LLAMA_NGRAM_LOOKUP, n)),
                               "--spec-ngram-simple-size-m", str(n)))

@@ -14,7 +14,9 @@ from picker.engine.plugins import Capabilities, StrategyPlugin
 PLUGIN = StrategyPlugin(
     name="vanilla",
     summary="A separate small draft model with the same tokenizer proposes a chain (Leviathan 2023).",
-    capabilities=Capabilities(needs_draft_model=True, artifact="draft_model", draft_cost="draft_model", engines={"sglang": "STANDALONE", "vllm": "draft_model", "tensorrt_llm": "DraftTarget", "llama_cpp": "draft-simple"}),
+    capabilities=Capabilities(needs_draft_model=True, artifact="draft_model", draft_cost="draft_model",
+                              engines={"sglang": "STANDALONE", "vllm": "draft_model", "tensorrt_llm": "DraftTarget",
+                                       "llama_cpp": "draft-simple"}),
     # artifact: the draft model's local folder (same tokenizer as the target); num_draft_tokens: N.
     make_drafter="strategies.vanilla.drafter:make_drafter",
     # SGLang and TensorRT-LLM take the generic config (algorithm, draft path, length).

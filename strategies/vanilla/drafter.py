@@ -172,7 +172,7 @@ def make_drafter(
 ) -> DraftModelDrafter:
     """Load the draft model from ``artifact`` (a local HF folder) next to the target.
 
-    ``draft_backend`` reuses an already loaded draft (benchmarks load it once for many runs).
+    ``draft_backend`` reuses an already loaded draft (a caller timing many runs loads it once).
     """
     if draft_backend is None:
         if artifact is None or not Path(artifact, "config.json").is_file():

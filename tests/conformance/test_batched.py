@@ -30,7 +30,7 @@ MAX_EXEMPT = 0.01  # share of prompts whose first divergence may sit on a near-t
 
 
 @pytest.fixture(scope="session")
-def mixed(prompt_ids: list[list[int]]) -> tuple[list[list[int]], list[int]]:
+def mixed(prompt_ids: list[list[int]]) -> tuple[list[list[int]], list[int]]:  # noqa: F811 (the fixture)
     """Prompts cut to mixed lengths, with mixed output limits."""
     return [ids[-(16 + 6 * (n % 5)):] for n, ids in enumerate(prompt_ids)], [6 + n % 11 for n in range(len(prompt_ids))]
 

@@ -131,7 +131,8 @@ class _Misreporting:
 
     def propose(self, ctx: DraftContext) -> Draft:
         s = ctx.sampling
-        draft = self.inner.propose(dataclasses.replace(ctx, sampling=dataclasses.replace(s, temperature=0.7 * s.temperature)))
+        cooler = dataclasses.replace(s, temperature=0.7 * s.temperature)
+        draft = self.inner.propose(dataclasses.replace(ctx, sampling=cooler))
         assert draft.p is not None
         p = draft.p ** 0.7
         return dataclasses.replace(draft, p=p / p.sum(axis=-1, keepdims=True))

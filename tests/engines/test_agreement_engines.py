@@ -31,9 +31,9 @@ import numpy as np
 import pytest
 import torch
 
-from picker.profiler.vllm_server import Server
 from picker.engine.backend import TorchBackend
 from picker.profiler.llamacpp_server import local_server
+from picker.profiler.vllm_server import Server
 from picker.tasks.agreement import first_divergence
 from picker.tasks.encoding import load_prompt_tokenizer
 from picker.zoo.resolve import zoo_paths

@@ -23,9 +23,9 @@ from typing import Any
 
 import pytest
 
-from picker.profiler.vllm_server import Server
 from picker.engine.plugins import load_strategies
 from picker.inputs.workload import load_profile
+from picker.profiler.vllm_server import Server
 from picker.recommend.engine_configs import ENGINE_VERSIONS, ScheduleEntry, build_engine_configs
 from picker.recommend.pipeline import recommend
 from tests.conformance.third_party import discoverable

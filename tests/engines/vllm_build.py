@@ -28,15 +28,14 @@ MAX_NUM_SEQS = 1024  # the table is built up to the server's max_num_seqs; probe
 
 def build(target: str, case: dict[str, Any]) -> dict[str, Any]:
     """Build one case; never raises (a rejection is a result)."""
+    import dataclasses
+
+    from vllm.config import SpeculativeConfig
     from vllm.engine.arg_utils import EngineArgs
     from vllm.v1.spec_decode.dynamic.utils import (
         build_dynamic_sd_schedule_lookup,
         validate_and_normalize_dynamic_sd_schedule,
     )
-
-    import dataclasses
-
-    from vllm.config import SpeculativeConfig
 
     known = {f.name for f in dataclasses.fields(SpeculativeConfig)}
     out: dict[str, Any] = {"id": case["id"], "unknown_fields": sorted(set(case["spec"]) - known)}
@@ -63,9 +62,9 @@ def build(target: str, case: dict[str, Any]) -> dict[str, Any]:
 def main() -> None:
     target, cases_path, results_path = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
     logging.disable(logging.WARNING)
-    import vllm
-
     import importlib.util
+
+    import vllm
 
     results = [build(target, case) for case in json.loads(cases_path.read_text())]
     results_path.write_text(json.dumps({"vllm_version": vllm.__version__, "results": results,

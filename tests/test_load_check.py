@@ -1,6 +1,6 @@
-"""bench/load/measured: the load curve against a profile's own curves prices what the profile
-measured -- whole waves, the prefill included, at each task's own context, each wave as long as its
-slowest request and its prefill padded to its longest prompt."""
+"""``specpick check-load`` (``picker.profiler.load_check``): the load curve against a profile's own
+curves prices what the profile measured -- whole waves, the prefill included, at each task's own
+context, each wave as long as its slowest request and its prefill padded to its longest prompt."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.load.measured import Request, Workload, predict, requests, workloads
 from picker.inputs.hardware import get_hardware
+from picker.profiler.load_check import Request, Workload, predict, requests, serve_time, workloads
 from picker.profiler.records import CellKey, Record, stamp_wave
 from policies.loadcurve import engine_curve
 from policies.roofline import ModelShape
@@ -119,8 +119,6 @@ def test_a_waves_prefill_is_padded_to_its_longest_prompt() -> None:
 def test_refilled_waves_are_priced_join_by_join() -> None:
     """``--wave-rounds``: a freed row takes the wave's next prompt, prefilled in a forward of its own
     (padded to the longest prompt joining then) while the running rows wait, as the loop serves it."""
-    from bench.load.measured import serve_time
-
     reqs = [(1, 10), (3, 30), (1, 20), (2, 40)]  # (decode steps, prompt tokens)
     prefill, step = (lambda b, p: (b * p, 0.0)), (lambda b: float(b))
     # One wave of four, two in flight: prefill A+B (2 x 30), step both (A leaves), C joins alone (20),

@@ -15,7 +15,7 @@ from bench.regret.load import PLAIN, cell_key, stats, sweep_gains, what_runs
 from picker.inputs.workload import load_profile
 from picker.recommend.pipeline import recommend
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +41,8 @@ def test_every_batch_maps_to_its_schedule_row(rec: dict) -> None:
 
 def test_above_the_temperature_switch_it_runs_plain(rec: dict) -> None:
     # The shipped plan needs no switch; the same plan with one at T = 0.5.
-    switched = {"decision": {**rec["decision"], "temperature_switch": {"above": 0.5, "action": "disable", "reason": ""}}}
+    switch = {"above": 0.5, "action": "disable", "reason": ""}
+    switched = {"decision": {**rec["decision"], "temperature_switch": switch}}
     assert what_runs(switched, 1, 0.7)[0] == PLAIN
     assert what_runs(switched, 1, 0.5) == what_runs(rec, 1, 0.5) != (PLAIN, "leave it off")
     assert what_runs({"decision": {**rec["decision"], "strategy": "none"}}, 1, 0.0) == (PLAIN, "leave it off")

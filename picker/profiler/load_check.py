@@ -1,36 +1,38 @@
-"""The load curve against our own measured curves: a profile run at several concurrencies.
+"""The load curve against a profile's own measured curves (``specpick check-load``).
 
-    $ python -m bench.load.measured --run RUN --calibration CAL.json --draft DRAFT_FOLDER
-    $ python -m bench.load.measured --run RUN --calibration CAL.json --draft DRAFT --json out.json
+    $ specpick check-load RUN --calibration cal.json --draft DRAFT_FOLDER
+    $ specpick check-load RUN --against RUN2        # two runs of one command: the noise floor
 
 ``RUN`` is a ``specpick profile ... --concurrency 1,2,4,8,16`` folder: its summary's load section
 holds, per (task, temperature, strategy, N, tree), the measured gain over plain decoding at every
-level. As for the published curves (``bench.load.predict``), E[L] is the one thing taken from the
-measurement, at the curve's smallest concurrency; every other level is a prediction,
-S(C) = E[L] · t_plain(C) / t_step(C) (``policies.loadcurve.load_step_cost``), with the curve's
-smallest-level cell's share of drafting steps and nodes per drafting step (:func:`drafting`), on the engine curve
-of ``--engine`` (default ``hf``: eager PyTorch, what the reference engine runs) with the
-calibration file's constants (``specpick calibrate --device cpu --model TARGET``: forward
-timings of the target alone, no speculative run) and the shape it records. A draft model's shape
-is counted from ``--draft``'s config (its parameters, not a lookup).
+level. E[L] is the one thing taken from the measurement, at the curve's smallest concurrency; every
+other level is a prediction, S(C) = E[L] · t_plain(C) / t_step(C)
+(``policies.loadcurve.load_step_cost``), with the curve's smallest-level cell's share of drafting
+steps and nodes per drafting step (:func:`drafting`), on the engine curve of ``engine`` (default
+``hf``: eager PyTorch, what the reference engine runs) with the calibration file's constants
+(``specpick calibrate --device cpu --model TARGET``: forward timings of the target alone, no
+speculative run) and the shape it records. A draft model's shape is counted from its folder's
+config (its parameters, not a lookup).
 
 Each wave is priced as ``picker.profiler`` ran it (:func:`requests`, from the run's records;
 :func:`serve_time`): C x ``wave_rounds`` prompts (run.json) served C at a time, each batch of
 joining prompts prefilled in a forward padded to its longest prompt, then at every decode step the
 cost of the requests still running, so a wave lasts as long as its slowest request. E[L] then
-enters as a scale on the decode time fixed at the smallest level. ``--mean-steps`` prices every
-request at the mean steps and mean prompt instead (this bench's second version, for ablation).
+enters as a scale on the decode time fixed at the smallest level. Pricing ``mean-steps`` prices every
+request at the mean steps and mean prompt instead (for ablation); ``decode-only`` prices
+decode steps alone at a fixed context.
 
-Printed: per curve the measured and predicted gains, the measured crossover and the predicted one
-(``picker.profiler.load.crossover``, as the profile's load section states it: the concurrency from
-which the gain stays at or below 1); then the median |error| over
-predicted points and how many crossovers land within one grid step (issue 16's goal), and whether
-the model predicts a crossover where none was measured.
+Reported (:func:`format_checks`): per curve the measured and predicted gains, the measured
+crossover and the predicted one (``picker.profiler.load.crossover``, as the profile's load section
+states it: the concurrency from which the gain stays at or below 1); then the median |error| over
+predicted points, how many crossovers land within one grid step, and whether the model predicts a
+crossover where none was measured. :func:`compare_runs` scores a repeat run as the "prediction" of
+the first one, anchored the same way: what no cost model can beat on that machine. What the checks
+found is in ``docs/load-curve.md``.
 """
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import math
@@ -39,8 +41,9 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from picker.errors import UserError
 from picker.inputs.hardware import get_hardware
 from picker.inputs.workload import estimate_params, shape_from_hf_config
 from picker.profiler.load import crossover
@@ -51,11 +54,13 @@ from policies.loadcurve import EngineCurve, engine_curve, forward, load_step_cos
 from policies.roofline import ModelShape
 
 CONTEXT = 64  # tokens in cache, about a zoo prompt plus half its output
-GOAL_STEPS = 1  # crossover within one step of the measured grid (issue 16)
+GOAL_STEPS = 1  # crossover within one step of the measured grid (a factor of 2 in C)
 
 
 @dataclass(frozen=True)
 class CurveCheck:
+    """One load curve, measured and predicted at each level, with both crossovers."""
+
     key: str
     levels: tuple[int, ...]
     measured: tuple[float, ...]
@@ -68,7 +73,7 @@ class CurveCheck:
         return [p / m - 1.0 for p, m in zip(self.predicted[1:], self.measured[1:])]
 
     def as_json(self) -> dict[str, Any]:
-        """The fields, the errors and the crossover verdict, as the benches' ``--json`` writes them."""
+        """The fields, the errors and the crossover verdict, as ``check-load --json`` writes them."""
         return {**asdict(self), "errors": self.errors, "crossover_ok": self.crossover_ok}
 
     @property
@@ -319,63 +324,123 @@ def _tree_depth(tree: Any) -> int | None:
     return int(digits) if digits.isdigit() else None
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--run", action="append", required=True,
-                    help="profile run folder (repeatable); RUN:s1,s2 takes only those strategies from it")
-    ap.add_argument("--calibration", type=Path, required=True)
-    ap.add_argument("--draft", type=Path, default=None, help="the draft model's folder (vanilla)")
-    ap.add_argument("--engine", default="hf")
-    ap.add_argument("--hardware", default="cpu")
-    ap.add_argument("--json", type=Path, default=None)
-    ap.add_argument("--mean-steps", action="store_true",
-                    help="every request at the mean steps and prompt: no wave tail, no prefill padding (the second version)")
-    ap.add_argument("--decode-only", action="store_true",
-                    help="price decode steps only, at a fixed context (the first version of this bench)")
-    args = ap.parse_args(argv)
-    target = read_calibration(args.calibration).model.to_shape()
+# How a run's waves are priced: as served (the default), every request at the mean steps and prompt
+# (no wave tail, no prefill padding), or decode steps alone at a fixed context.
+Pricing = Literal["waves", "mean-steps", "decode-only"]
+
+
+def _summary(run: Path) -> dict[str, Any]:
+    """A run's summary.json, or one :class:`UserError` naming the folder."""
+    path = run / "summary.json"
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError("no summary.json: not a `specpick profile` run folder", file=str(run)) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UserError(f"cannot read the summary: {exc.__class__.__name__}", file=str(path)) from None
+    if not isinstance(doc, dict):
+        raise UserError("not a profile summary (a JSON object expected)", file=str(path))
+    return doc
+
+
+def curve_entries(run: Path, strategies: set[str] | None = None) -> list[dict[str, Any]]:
+    """The run's load curves (two or more levels), among ``strategies`` when given; none is an error."""
+    entries = [e for e in _summary(run).get("load") or []
+               if len(e["gain"]) > 1 and (strategies is None or e["strategy"] in strategies)]
+    if not entries:
+        raise UserError("no load curve of two or more concurrencies (profile with --concurrency 1,2,4,...)"
+                        + (f" among strategies {sorted(strategies)}" if strategies else ""),
+                        file=str(run / "summary.json"), field="load")
+    return entries
+
+
+def check_runs(runs: Sequence[Path], calibration: Path, draft: Path | None = None, engine: str = "hf",
+               hardware: str = "cpu", pricing: Pricing = "waves",
+               strategies: set[str] | None = None) -> list[CurveCheck]:
+    """Every load curve of ``runs`` predicted from its smallest level, sorted by curve name."""
+    target = read_calibration(calibration).model.to_shape()
     # The rule recommend and estimate apply: every constant for the engine the file was measured on,
     # the accelerator's efficiencies only for another engine.
-    cal = calibration_for(args.calibration, args.engine)
-    curve = engine_curve(args.engine, cal.overrides, label=cal.label)
-    hw = get_hardware(args.hardware)
-    draft = shape_of(args.draft) if args.draft else None
+    try:
+        engine_curve(engine)  # a name the shipped curves know, before the file is applied to it
+    except ValueError as exc:
+        raise UserError(str(exc), field="--engine") from None
+    cal = calibration_for(calibration, engine)
+    curve = engine_curve(engine, cal.overrides, label=cal.label)
+    hw = get_hardware(hardware)
+    if draft is not None and not (draft / "config.json").is_file():
+        raise UserError("not a model folder (no config.json)", file=str(draft), field="--draft")
+    shape = shape_of(draft) if draft is not None else None
     checks = []
-    for spec in args.run:
-        run, _, only = spec.partition(":")
-        summary = json.loads((Path(run) / "summary.json").read_text())
-        keep = set(only.split(",")) if only else None
-        work = workloads(Path(run)) if not args.decode_only else {}
-        per = requests(Path(run)) if not (args.mean_steps or args.decode_only) else {}
-        checks += [predict(e, target, draft, curve, hw, summary["cells"], work.get(e["task"], Workload(None, 32)),
-                           per.get(_key(e), ()), wave_rounds(Path(run)))
-                   for e in summary.get("load", []) if len(e["gain"]) > 1 and (keep is None or e["strategy"] in keep)]
-    checks.sort(key=lambda c: c.key)
-    print_checks(checks)
-    if args.json:
-        args.json.write_text(json.dumps([c.as_json() for c in checks], indent=1))
-    return 0
+    for run in runs:
+        entries, cells = curve_entries(run, strategies), _summary(run).get("cells", [])
+        work = workloads(run) if pricing != "decode-only" else {}
+        per = requests(run) if pricing == "waves" else {}
+        checks += [predict(e, target, shape, curve, hw, cells, work.get(e["task"], Workload(None, 32)),
+                           per.get(_key(e), ()), wave_rounds(run)) for e in entries]
+    return sorted(checks, key=lambda c: c.key)
 
 
-def print_checks(checks: Sequence[CurveCheck]) -> None:
+Key = tuple[Any, ...]
+
+
+def curves(run: Path) -> dict[Key, list[tuple[int, float]]]:
+    """A profile run's measured load curves (two or more levels), by (task, T, strategy, N, tree)."""
+    return {(e["task"], e["temperature"], e["strategy"], e["num_draft_tokens"], e.get("tree")):
+            [(int(c), float(g)) for c, g in e["gain"]] for e in curve_entries(run)}
+
+
+def replicate_check(key: Key, measured: Sequence[tuple[int, float]], other: Sequence[tuple[int, float]],
+                    anchor: bool = True) -> CurveCheck | None:
+    """``other`` as a prediction of ``measured`` on the levels both hold; None below two levels.
+
+    Anchored at the smallest level as :func:`predict` is (``other`` scaled so its first point
+    equals ``measured``'s, the one thing the model takes from the measurement).
+
+    >>> c = replicate_check(("chat", 0.0, "ngram", 4, None), [(1, 1.2), (4, 1.1), (16, 0.9)],
+    ...                     [(1, 1.0), (4, 0.9), (16, 0.8)])
+    >>> [round(p, 3) for p in c.predicted], c.measured_crossover, c.predicted_crossover
+    ([1.2, 1.08, 0.96], 8.0, 10.08)
+    """
+    theirs = dict(other)
+    pts = [(c, g) for c, g in measured if c in theirs]
+    if len(pts) < 2:
+        return None
+    scale = pts[0][1] / theirs[pts[0][0]] if anchor else 1.0
+    predicted = [(c, theirs[c] * scale) for c, _ in pts]
+    return CurveCheck(curve_label(*key), tuple(c for c, _ in pts), tuple(g for _, g in pts),
+                      tuple(p for _, p in predicted), crossover(pts), crossover(predicted))
+
+
+def compare_runs(a: dict[Key, list[tuple[int, float]]], b: dict[Key, list[tuple[int, float]]],
+                 anchor: bool = True) -> list[CurveCheck]:
+    """Every curve both runs hold, ``b``'s as the prediction of ``a``'s.
+
+    Two runs of one ``specpick profile`` command (same prompts, same machine, back to back) say how
+    well *any* model can do on the crossover goal there: where they disagree on a crossover, no cost
+    model can be right on both.
+    """
+    out = [replicate_check(k, a[k], b[k], anchor) for k in sorted(set(a) & set(b), key=str)]
+    return [c for c in out if c is not None]
+
+
+def format_checks(checks: Sequence[CurveCheck]) -> str:
+    """The markdown table of measured / predicted gains and crossovers, then the summary lines."""
     levels = checks[0].levels if checks else ()
-    print("| curve | " + " | ".join(f"C={c}" for c in levels) + " | crossover measured / predicted |")
-    print("|---|" + "---|" * len(levels) + "---|")
+    lines = ["| curve | " + " | ".join(f"C={c}" for c in levels) + " | crossover measured / predicted |",
+             "|---|" + "---|" * len(levels) + "---|"]
     for c in checks:
         cells = " | ".join(f"{m:.2f} / {p:.2f}" for m, p in zip(c.measured, c.predicted))
         mx = "none" if c.measured_crossover is None else f"C={c.measured_crossover:g}"
         px = "none" if c.predicted_crossover is None else f"C={c.predicted_crossover:g}"
-        print(f"| {c.key} | {cells} | {mx} / {px} |")
+        lines.append(f"| {c.key} | {cells} | {mx} / {px} |")
     errors = [abs(e) for c in checks for e in c.errors]
     crossing = [c for c in checks if c.measured_crossover is not None]
     false = [c for c in checks if c.measured_crossover is None and c.predicted_crossover is not None]
     if errors:
-        print(f"\nmedian |error| over {len(errors)} predicted points: {statistics.median(errors):.1%} "
-              f"(p90 {sorted(errors)[math.ceil(0.9 * len(errors)) - 1]:.1%})")
-    print(f"crossovers within {GOAL_STEPS} grid step: {sum(c.crossover_ok for c in crossing)}/{len(crossing)} "
-          f"measured crossings; crossings predicted where none was measured: {len(false)}/"
-          f"{len(checks) - len(crossing)}")
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+        lines += ["", f"median |error| over {len(errors)} predicted points: {statistics.median(errors):.1%} "
+                      f"(p90 {sorted(errors)[math.ceil(0.9 * len(errors)) - 1]:.1%})"]
+    lines.append(f"crossovers within {GOAL_STEPS} grid step: {sum(c.crossover_ok for c in crossing)}/"
+                 f"{len(crossing)} measured crossings; crossings predicted where none was measured: "
+                 f"{len(false)}/{len(checks) - len(crossing)}")
+    return "\n".join(lines) + "\n"

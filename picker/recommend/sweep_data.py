@@ -1,4 +1,5 @@
-"""Sweep data for the regret bench: workloads, the policy's cheap profile, candidate rows, truth.
+"""Sweep data: the rows a policy is fitted on (``specpick policy fit``) -- workloads, the policy's
+cheap profile, candidate rows, truth.
 
 A *workload* is one (task type, temperature) of a sweep on the zoo at batch 1. For each:
 
@@ -21,13 +22,12 @@ from typing import Any
 
 import yaml
 
-from picker.inputs.measurements import Measurements
+from picker.inputs.measurements import Measurements, parse_tree_label
 from picker.inputs.verify_curve import CURVE_NAME, curve_medians, ratio_curve, read_curve_lines
 from picker.inputs.workload import WorkloadProfile, load_profile
 from picker.profiler.records import Record, read_records
 from picker.profiler.source import DraftConfig
 from picker.profiler.summary import build_summary
-from picker.profiler.sweep import parse_tree_label
 
 # The one chain cell per strategy the policy profiles: the deepest chain of the grid, whose
 # per-position rates cover every shorter chain (lookahead: its n-gram size changes with N, a
@@ -38,7 +38,7 @@ PROFILE_DEPTH = {"cpu_lookup": 8, "draft_model": 8, "target_layer": 8, "heads": 
 @dataclass(frozen=True)
 class GridKey(DraftConfig):
     """A grid configuration: the profiler's draft shape (strategy, chain length N or tree nodes,
-    tree label) with the bench's short name for N and its label."""
+    tree label) with a short name for N and its label."""
 
     @property
     def n(self) -> int:
@@ -257,7 +257,8 @@ def zoo_profile_data(task: str, temperature: float, target: Path, artifacts: dic
 def _params(cfg: dict[str, Any]) -> float:
     """Parameter count of a Llama config (embeddings tied when the config says so)."""
     h, layers, v, inter = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["vocab_size"], cfg["intermediate_size"]
-    kv = cfg.get("num_key_value_heads", cfg["num_attention_heads"]) * cfg.get("head_dim", h // cfg["num_attention_heads"])
+    heads = cfg["num_attention_heads"]
+    kv = cfg.get("num_key_value_heads", heads) * cfg.get("head_dim", h // heads)
     per_layer = 2 * h * h + 2 * h * kv + 3 * h * inter
     heads = v * h * (1 if cfg.get("tie_word_embeddings") else 2)
     return float(layers * per_layer + heads)
