@@ -107,6 +107,8 @@ def gap_atoms(step_s: float, prefill_s: float, lam: float, weight: float = 1.0,
     for k in range(k_max + 1):
         out.append((step_s + joint_prefill(prefill_s, k, joint_share), weight * p))
         p *= lam / (k + 1)
+        if k > 2.0 * lam + 5 and p < 1e-15:
+            break  # the rest of the tail is under 1e-14 of the mass (terms fall faster than by half): no quantile moves
     return out
 
 
@@ -177,14 +179,17 @@ def pooled_latency(shares: Sequence[Share], output_tokens: float, batch: int) ->
     atoms: list[tuple[float, float]] = []
     tpot = ttft = step = length = 0.0
     for s in shares:
-        one = latency(s.step_s, s.tokens_per_step, s.prefill_s, s.prefill_s, output_tokens, batch,
-                      joint_share=s.joint_share)
+        # What latency() would give this share alone (its mean TPOT, TTFT, step), from its own gaps,
+        # which then join the pool scaled by the share's part of all gaps.
+        one = gap_atoms(s.step_s, s.prefill_s, prefills_per_gap(batch, output_tokens, s.tokens_per_step),
+                        joint_share=s.joint_share)
+        mean_gap = s.step_s + sum(p * (v - s.step_s) for v, p in one)
         share = s.weight / total
-        atoms += gap_atoms(s.step_s, s.prefill_s, one.prefills_per_gap, share / max(s.tokens_per_step, 1e-9),
-                           joint_share=s.joint_share)
-        tpot += share * one.tpot_ms_mean
-        ttft += share * one.ttft_ms
-        step += share * one.step_ms
+        scale = share / max(s.tokens_per_step, 1e-9)
+        atoms += [(v, p * scale) for v, p in one]
+        tpot += share * 1e3 * mean_gap / max(s.tokens_per_step, 1e-9)
+        ttft += share * 1e3 * s.prefill_s
+        step += share * 1e3 * s.step_s
         length += share * s.tokens_per_step
     lam = prefills_per_gap(batch, output_tokens, length)
     return Latency(ttft, 1e3 * gap_quantile(atoms, P50), 1e3 * gap_quantile(atoms, P99), tpot, step, length, lam)

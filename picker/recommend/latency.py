@@ -19,7 +19,7 @@ meets it), and the plan says so, with what the deployed setting makes of it.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from picker.inputs.workload import WorkloadProfile
 from picker.recommend.contract import LatencyFigures, PlanLatency, RangeLatency, Recommendation, SloCheck
@@ -62,14 +62,21 @@ class Traffic:
     long_prefill_s: float
     ctx: CostContext
     joint_share: float = 1.0  # what a second prompt adds to one prefill forward (policies.latency_model)
+    # (drafter, long) -> seconds: a pure function of the fields above, asked once per scored share
+    # (thousands of times per plan), so kept once per Traffic.
+    _drafter_s: dict[tuple[str, bool], float] = field(default_factory=dict, compare=False, repr=False)
 
     def drafter_prefill(self, drafter: str | None, long: bool = False) -> float:
         """The drafter's own prefill of a (mean or long) prompt; 0 for plain decoding."""
         if drafter is None:
             return 0.0
-        c = self.ctx
-        return prefill_seconds(c.target, c.hardware, self.long_prompt_tokens if long else self.prompt_tokens,
-                               c.engine, c.num_devices, drafter=drafter, draft=c.draft)[1]  # type: ignore[arg-type]
+        key = (drafter, long)
+        if key not in self._drafter_s:
+            c = self.ctx
+            self._drafter_s[key] = prefill_seconds(
+                c.target, c.hardware, self.long_prompt_tokens if long else self.prompt_tokens, c.engine,
+                c.num_devices, drafter=drafter, draft=c.draft)[1]  # type: ignore[arg-type]
+        return self._drafter_s[key]
 
 
 def traffic_of(profile: WorkloadProfile, ctx: CostContext | None = None) -> Traffic:
