@@ -219,7 +219,7 @@ def _speculation_off(table: ScoredTable, usable: list[Scored], path: str) -> Dec
         predicted_speedup=SpeedupRange(mean=1.0, low=1.0, high=1.0), typical_batch=table.typical_batch,
         break_even_alpha=1.0, break_even_accept_length=1.0, per_task=per_task_rows(table, None),
         alternatives=alternatives(table.rows), engine_configs={},
-        rollout=rollout("speculation", 1.0, 1.0, profile.slo.itl_p99_ms, profile.engine.name),
+        rollout=[],  # nothing to roll out: an "off" plan has no enable step (what would change it is rendered)
         evidence=_evidence(table, None), rationale=[f"Leave speculation off: {why}."],
         warnings=_profile_warnings(table)), None, ())
 
@@ -304,18 +304,21 @@ def _rationale(table: ScoredTable, chosen: Scored, usable: list[Scored], deploye
                   + ("" if batch == cost.measured_at else f", carried to batch {batch} by the load curve")
                   + "; the draft/verify split the model's")
     else:
-        priced = f"load curve, calibrated from {table.calibration}" if table.calibration else "load curve model"
+        priced = (f"the cost model's load curve, calibrated from {table.calibration}" if table.calibration
+                  else "the cost model's load curve")
     out = [
         f"{chosen.plugin.name} with {chosen.config.label} has the best token-weighted speedup over the "
         f"workload at full depth on every batch ({times(chosen.mean)}, range {times(chosen.low)}-{times(chosen.high)}; "
         f"the headline applies the batch schedule and the temperature switch).",
         f"At the typical batch of {batch} (the batch size carrying the most traffic), one step costs "
-        f"{fraction(cost.step_ratio)} plain forwards (draft c={cost.cost_ratio:.3f} per token, verify "
-        f"{cost.verify_ratio:.2f}x, {cost.bound}-bound; {priced}); it pays while alpha >= {fraction(be)}.",
+        f"{fraction(cost.step_ratio)} plain decoding steps: drafting {cost.cost_ratio:.3f} of a plain step per "
+        f"draft token, verifying {cost.verify_ratio:.2f} plain steps ({cost.bound}-bound; {priced}); "
+        f"it pays while alpha >= {fraction(be)}.",
     ]
     runner = next((o for o in usable if o.plugin.name != chosen.plugin.name), None)
     if runner is not None:
-        out.append(f"Runner-up: {runner.plugin.name} ({runner.config.label}) at {times(runner.mean)}.")
+        name = "draft model" if runner.caps.needs_draft_model else runner.plugin.name  # practitioners' word
+        out.append(f"Runner-up: {name} ({runner.config.label}) at {times(runner.mean)}.")
     off = [r for r in deployed.ranges if r.num_speculative_tokens == 0]
     if off:
         out.append(f"From batch {off[0].min_batch} up, verification is no longer free enough: speculation off.")

@@ -70,7 +70,7 @@ def _speedup(r: BatchRange) -> str:
         f"{times(r.predicted_speedup)} → {times(r.predicted_speedup_at_max_batch)}"
     if r.uncertain and r.predicted_speedup_range is not None:
         lo, hi = r.predicted_speedup_range
-        span += f" (uncertain: {times(lo)}–{times(hi)} straddles 1.0x; measure at this batch)"
+        span += f" (uncertain: {times(lo)}–{times(hi)})"
     return span
 
 
@@ -81,18 +81,22 @@ def _break_even(r: BatchRange) -> str:
 
 
 def _step_cost(r: BatchRange) -> str:
-    return "measured under load" if r.step_cost == "measured" else "model"
+    return "measured under load" if r.step_cost == "measured" else "cost model"
 
 
-# (header, cell) for every column of the batch schedule, in order.
+# (header, cell) for every column of the batch schedule, in order. Headers stay short so the table
+# fits 80 columns; SCHEDULE_NOTE, printed under it, says what each column holds.
 SCHEDULE_COLUMNS: tuple[tuple[str, Callable[[BatchRange], str]], ...] = (
     ("batch size", _batches),
     ("draft tokens", _draft_tokens),
-    ("predicted speedup at that batch (first → last batch of the range on the grid; task mix, temperatures)",
-     _speedup),
+    ("speedup", _speedup),
     ("break-even α", _break_even),
     ("step cost", _step_cost),
 )
+SCHEDULE_NOTE = ("speedup: the predicted speedup at that batch over the task mix and temperatures, at the "
+                 "range's first → last batch on the grid (1, 2, 4, ..., 512); uncertain: its range straddles "
+                 "1.0x, so measure at that batch before relying on it. step cost: where the step's time "
+                 "comes from (the cost model, or measured under load).")
 
 
 def schedule_rows(rec: Recommendation) -> list[list[str]]:
