@@ -68,16 +68,13 @@ def _draft_tokens(r: BatchRange) -> str:
 def _speedup(r: BatchRange) -> str:
     span = times(r.predicted_speedup) if r.predicted_speedup == r.predicted_speedup_at_max_batch else \
         f"{times(r.predicted_speedup)} → {times(r.predicted_speedup_at_max_batch)}"
-    if r.uncertain and r.predicted_speedup_range is not None:
-        lo, hi = r.predicted_speedup_range
-        span += f" (uncertain: {times(lo)}–{times(hi)})"
     return span
 
 
 def _break_even(r: BatchRange) -> str:
     if r.break_even_alpha is None:
         return "—"
-    return f"{fraction(r.break_even_alpha)} (at batch {r.break_even_at_batch})"
+    return f"{fraction(r.break_even_alpha)} (batch {r.break_even_at_batch})"
 
 
 def _step_cost(r: BatchRange) -> str:
@@ -94,11 +91,32 @@ SCHEDULE_COLUMNS: tuple[tuple[str, Callable[[BatchRange], str]], ...] = (
     ("step cost", _step_cost),
 )
 SCHEDULE_NOTE = ("speedup: the predicted speedup at that batch over the task mix and temperatures, at the "
-                 "range's first → last batch on the grid (1, 2, 4, ..., 512); uncertain: its range straddles "
-                 "1.0x, so measure at that batch before relying on it. step cost: where the step's time "
-                 "comes from (the cost model, or measured under load).")
+                 "range's first → last batch on the grid (1, 2, 4, ..., 512); break-even α: at the batch named. "
+                 "step cost: where the step's time comes from (the cost model, or measured under load).")
+
+
+def _uncertain(rec: Recommendation) -> list[BatchRange]:
+    return [r for r in rec.decision.batch_schedule if r.uncertain and r.predicted_speedup_range is not None]
 
 
 def schedule_rows(rec: Recommendation) -> list[list[str]]:
-    """The batch schedule as text cells, one list per range, in :data:`SCHEDULE_COLUMNS` order."""
-    return [[cell(r) for _, cell in SCHEDULE_COLUMNS] for r in rec.decision.batch_schedule]
+    """The batch schedule as text cells, one list per range, in :data:`SCHEDULE_COLUMNS` order; an
+    uncertain range's speedup carries the number of its note (:func:`schedule_notes`)."""
+    marks = {id(r): i for i, r in enumerate(_uncertain(rec), 1)}
+    rows = []
+    for r in rec.decision.batch_schedule:
+        cells = [cell(r) for _, cell in SCHEDULE_COLUMNS]
+        if id(r) in marks:
+            cells[2] += f" ({marks[id(r)]})"
+        rows.append(cells)
+    return rows
+
+
+def schedule_notes(rec: Recommendation) -> list[str]:
+    """One note per uncertain range, numbered as :func:`schedule_rows` marks them."""
+    out = []
+    for i, r in enumerate(_uncertain(rec), 1):
+        lo, hi = r.predicted_speedup_range or (0.0, 0.0)
+        out.append(f"({i}) uncertain: the predicted range {times(lo)}–{times(hi)} straddles 1.0x; measure at "
+                   f"batch {r.min_batch} before relying on it.")
+    return out

@@ -20,7 +20,15 @@ from typing import Any
 
 from picker.recommend.contract import Recommendation
 from picker.recommend.explain import markdown as explain_markdown
-from picker.recommend.figures import SCHEDULE_COLUMNS, SCHEDULE_NOTE, fraction, headline, schedule_rows, times
+from picker.recommend.figures import (
+    SCHEDULE_COLUMNS,
+    SCHEDULE_NOTE,
+    fraction,
+    headline,
+    schedule_notes,
+    schedule_rows,
+    times,
+)
 from picker.recommend.plan_inputs import default_lines, lines
 from picker.recommend.result import Result
 from picker.recommend.words import glossary, label, measure_next, shape_text, strategy_labels, title, unlock_text
@@ -136,7 +144,7 @@ def _decision_on(rec: Recommendation, labels: dict[str, str]) -> list[str]:
     heads = [name + (_on(on) if name == "speedup" else "") for name, _ in SCHEDULE_COLUMNS]
     out += ["", "| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
     out += ["| " + " | ".join(cells) + " |" for cells in schedule_rows(rec)]
-    return out + ["", SCHEDULE_NOTE, ""]
+    return out + ["", *schedule_notes(rec), SCHEDULE_NOTE, ""]
 
 
 def _per_task(rec: Recommendation, labels: dict[str, str]) -> list[str]:
@@ -163,7 +171,7 @@ def _alternatives(rec: Recommendation, labels: dict[str, str]) -> list[str]:
             notes.append("; ".join(c.notes))
             ok += f" ({len(notes)})"
         out.append(f"| {label(c.strategy, labels)} | {setting} | {times(c.predicted_speedup.mean)} "
-                   f"({times(c.predicted_speedup.low)}–{times(c.predicted_speedup.high)}) | "
+                   f"({fraction(c.predicted_speedup.low)}–{fraction(c.predicted_speedup.high)}) | "
                    f"{fraction(c.break_even_alpha)} | {ok} |")
     return out + [""] + [f"({i}) {n}" for i, n in enumerate(notes, 1)] + ([""] if notes else [])
 

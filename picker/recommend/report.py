@@ -15,6 +15,7 @@ fetched.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 from html import escape
@@ -22,7 +23,15 @@ from typing import Any
 
 from picker.recommend import report_plots as plots
 from picker.recommend.contract import Recommendation
-from picker.recommend.figures import SCHEDULE_COLUMNS, SCHEDULE_NOTE, fraction, headline, schedule_rows, times
+from picker.recommend.figures import (
+    SCHEDULE_COLUMNS,
+    SCHEDULE_NOTE,
+    fraction,
+    headline,
+    schedule_notes,
+    schedule_rows,
+    times,
+)
 from picker.recommend.plan_inputs import default_lines, lines
 from picker.recommend.result import Result
 from picker.recommend.series import crossover
@@ -31,6 +40,7 @@ from picker.recommend.words import (
     label,
     measure_next,
     plural,
+    relabel,
     shape_text,
     strategy_labels,
     title,
@@ -139,7 +149,7 @@ def _inputs(rec: Recommendation) -> str:
 
 
 def _items(texts: list[str]) -> str:
-    return "<ul>" + "".join(f"<li>{_e(t)}</li>" for t in texts) + "</ul>"
+    return "<ul>" + "".join(f"<li>{_code(t)}</li>" for t in texts) + "</ul>"
 
 
 def _decision(rec: Recommendation, labels: dict[str, str]) -> str:
@@ -190,7 +200,8 @@ def _schedule(rec: Recommendation) -> str:
     on = rec.evidence.measured_on
     note = f'<p class="muted">Speedups measured on {_e(on)}.</p>' if on else ""
     rows = [[_e(c) for c in cells] for cells in schedule_rows(rec)]
-    return note + _table([name for name, _ in SCHEDULE_COLUMNS], rows, {2, 3}) + f'<p class="muted">{_e(SCHEDULE_NOTE)}</p>'
+    notes = "".join(f'<p class="muted">{_e(n)}</p>' for n in [*schedule_notes(rec), SCHEDULE_NOTE])
+    return note + _table([name for name, _ in SCHEDULE_COLUMNS], rows, {2, 3}) + notes
 
 
 def _alternatives(rec: Recommendation, labels: dict[str, str]) -> str:
@@ -289,17 +300,33 @@ def schedule_words(cells: list[str]) -> str:
     return f"batch {cells[0]}: {tokens}, {cells[2]}"
 
 
+def _code(text: str) -> str:
+    """``text`` escaped, its `backticked` spans (commands, plugin and field names) as <code>."""
+    parts = _e(text).split("`")
+    return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
+
+
 def _glossary(rec: Recommendation, result: Result) -> str:
     terms = glossary(rec, tau=bool(result.measured))
-    return "<dl>" + "".join(f"<dt><b>{_e(t)}</b></dt><dd>{_e(m)}</dd>" for t, m in terms) + "</dl>"
+    return "<dl>" + "".join(f"<dt><b>{_e(t)}</b></dt><dd>{_code(m)}</dd>" for t, m in terms) + "</dl>"
+
+
+def _named(result: Result, labels: dict[str, str]) -> Result:
+    """The result's plotted series with strategies in the plan's words (the Result keeps plugin names)."""
+    return dataclasses.replace(
+        result, gain_n=tuple(dataclasses.replace(s, label=relabel(s.label, labels)) for s in result.gain_n),
+        gain_batch=tuple(dataclasses.replace(s, label=relabel(s.label, labels)) for s in result.gain_batch),
+        alpha=tuple(dataclasses.replace(p, strategy=label(p.strategy, labels)) for p in result.alpha),
+        measured=tuple(dataclasses.replace(c, strategy=label(c.strategy, labels)) for c in result.measured))
 
 
 def html_page(result: Result, title_text: str | None = None) -> str:
     """The whole page as one string (UTF-8 HTML5, no external references); its title is the
     profile's name, its description under it (``title_text`` replaces the name)."""
+    labels = strategy_labels()
+    result = _named(result, labels)
     rec = result.recommendation
     d = rec.decision
-    labels = strategy_labels()
     alpha_uri = plots.alpha_by_task(list(result.alpha))
     n_uri = plots.gain_vs_n(list(result.gain_n), d.num_speculative_tokens if result.deployment else None)
     b_uri = plots.gain_vs_batch(list(result.gain_batch), _switches(rec))

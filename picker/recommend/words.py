@@ -35,6 +35,13 @@ def label(name: str, labels: Mapping[str, str]) -> str:
     return labels.get(name, name)
 
 
+def relabel(text: str, labels: Mapping[str, str]) -> str:
+    """``text`` (a plot's series label, e.g. "vanilla chain (deployed)") with its leading strategy
+    name in the plan's words."""
+    name = text.split(" ", 1)[0]
+    return labels[name] + text[len(name):] if labels.get(name, name) != name else text
+
+
 def shape_text(d: Decision) -> str:
     """The deployed shape: a tree's depth, branching and tokens, or the chain's length."""
     if d.tree is not None:
