@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from picker.recommend.contract import BatchRange, Recommendation
+from picker.recommend.contract import BatchRange, Decision, Recommendation
 
 DIGITS = 3
 
@@ -112,11 +112,26 @@ def schedule_rows(rec: Recommendation) -> list[list[str]]:
     return rows
 
 
+def measure_command(r: BatchRange) -> str | None:
+    """The ``specpick profile`` command that would decide an uncertain range, where the decision
+    names one (``BatchRange.measure``; plans made before it have none)."""
+    return getattr(r, "measure", None)
+
+
+def max_concurrency(d: Decision) -> int | None:
+    """Where the engine runs one setting at every batch: the concurrency to keep the server at or
+    below, where the decision states one (``Decision.max_concurrency``; plans made before it have none)."""
+    return getattr(d, "max_concurrency", None)
+
+
 def schedule_notes(rec: Recommendation) -> list[str]:
-    """One note per uncertain range, numbered as :func:`schedule_rows` marks them."""
+    """One note per uncertain range, numbered as :func:`schedule_rows` marks them, with the
+    command that would decide it where the decision names one."""
     out = []
     for i, r in enumerate(_uncertain(rec), 1):
         lo, hi = r.predicted_speedup_range or (0.0, 0.0)
-        out.append(f"({i}) uncertain: the predicted range {times(lo)}–{times(hi)} straddles 1.0x; measure at "
-                   f"batch {r.min_batch} before relying on it.")
+        cmd = measure_command(r)
+        how = f": `{cmd}`" if cmd else " before relying on it"
+        out.append(f"({i}) uncertain: the evidence cannot tell the predicted range {times(lo)}–{times(hi)} from "
+                   f"1.0x; measure at batch {r.min_batch}{how}.")
     return out

@@ -25,6 +25,7 @@ from picker.recommend.figures import (
     SCHEDULE_NOTE,
     fraction,
     headline,
+    max_concurrency,
     schedule_notes,
     schedule_rows,
     times,
@@ -140,11 +141,17 @@ def _decision_on(rec: Recommendation, labels: dict[str, str]) -> list[str]:
     sw = d.temperature_switch
     when = f"turn it off above T = {sw.above:g}" if sw.above is not None else "no switch needed"
     out.append(f"- Temperature: {when} ({sw.reason}).")
+    cap = max_concurrency(d)
+    if cap is not None:
+        out.append(f"- Concurrency: keep the server at or below {cap} sequences ({rec.engine} drafts the same "
+                   "setting at every batch size).")
     on = rec.evidence.measured_on
     heads = [name + (_on(on) if name == "speedup" else "") for name, _ in SCHEDULE_COLUMNS]
     out += ["", "| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
     out += ["| " + " | ".join(cells) + " |" for cells in schedule_rows(rec)]
-    return out + ["", *schedule_notes(rec), SCHEDULE_NOTE, ""]
+    for note in [*schedule_notes(rec), SCHEDULE_NOTE]:
+        out += ["", note]
+    return out + [""]
 
 
 def _per_task(rec: Recommendation, labels: dict[str, str]) -> list[str]:

@@ -28,6 +28,7 @@ from picker.recommend.figures import (
     SCHEDULE_NOTE,
     fraction,
     headline,
+    max_concurrency,
     schedule_notes,
     schedule_rows,
     times,
@@ -168,6 +169,10 @@ def _decision(rec: Recommendation, labels: dict[str, str]) -> str:
         sw = d.temperature_switch
         head += (f"<p>Temperature switch: {_e('off above T = ' + format(sw.above, 'g') if sw.above is not None else 'none')}"
                  f" — {_e(sw.reason)}.</p>")
+        cap = max_concurrency(d)
+        if cap is not None:
+            head += (f"<p>Concurrency: keep the server at or below {cap} sequences ({_e(rec.engine)} drafts the "
+                     "same setting at every batch size).</p>")
     why = "".join(f"<li>{_e(r)}</li>" for r in rec.rationale)
     if unlock and d.strategy != "none":
         why += f"<li>Better once unlocked: {_e(unlock[0])}{_items(unlock[1:]) if unlock[1:] else ''}</li>"
@@ -200,7 +205,7 @@ def _schedule(rec: Recommendation) -> str:
     on = rec.evidence.measured_on
     note = f'<p class="muted">Speedups measured on {_e(on)}.</p>' if on else ""
     rows = [[_e(c) for c in cells] for cells in schedule_rows(rec)]
-    notes = "".join(f'<p class="muted">{_e(n)}</p>' for n in [*schedule_notes(rec), SCHEDULE_NOTE])
+    notes = "".join(f'<p class="muted">{_code(n)}</p>' for n in [*schedule_notes(rec), SCHEDULE_NOTE])
     return note + _table([name for name, _ in SCHEDULE_COLUMNS], rows, {2, 3}) + notes
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from picker.recommend.contract import Decision, Recommendation, Unlock
-from picker.recommend.figures import fraction, times
+from picker.recommend.figures import fraction, measure_command, times
 
 DRAFT_MODEL = "draft model"
 
@@ -101,7 +101,9 @@ def title(rec: Recommendation) -> tuple[str, str]:
 def measure_next(rec: Recommendation, labels: dict[str, str]) -> list[str]:
     """What would change an "off" plan besides an unlock: the deployable option closest to paying,
     the α it would need, and the batch ranges whose prediction straddles 1.0x."""
-    out = []
+    out: list[str] = []
+    if any(measure_command(r) for r in rec.decision.batch_schedule):
+        return out  # the decision names the exact measurement (in its rationale and the schedule's notes)
     best = next((c for c in rec.alternatives if c.feasible and c.engine_supported), None)
     if best is not None:
         name = label(best.strategy, labels)
@@ -114,6 +116,7 @@ def measure_next(rec: Recommendation, labels: dict[str, str]) -> list[str]:
     for r in rec.decision.batch_schedule:
         if r.uncertain and r.predicted_speedup_range is not None:
             hi = "∞" if r.max_batch is None else r.max_batch
-            out.append(f"At batch {r.min_batch}–{hi} the predicted range {times(r.predicted_speedup_range[0])}–"
-                       f"{times(r.predicted_speedup_range[1])} straddles 1.0x: measure there before deciding.")
+            out.append(f"At batch {r.min_batch}–{hi} the evidence cannot tell the predicted range "
+                       f"{times(r.predicted_speedup_range[0])}–{times(r.predicted_speedup_range[1])} from 1.0x: "
+                       "measure there before deciding.")
     return out
