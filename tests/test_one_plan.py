@@ -25,6 +25,7 @@ from picker.recommend.contract import Recommendation
 from picker.recommend.figures import fraction, headline, rounded, schedule_rows
 from picker.recommend.pipeline import recommend
 from picker.recommend.report import schedule_words
+from tests.test_profile_defaults import ISSUE_EXAMPLE
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILES = sorted((ROOT / "profiles").glob("*.yaml"))
@@ -204,16 +205,6 @@ def test_every_plan_opens_with_its_inputs_and_off_plans_enable_nothing(profile: 
         assert len(line) <= 80 or line.startswith("> "), line
 
 
-ISSUE_PROFILE = """\
-model: llama-3.1-8b-instruct
-hardware: H100
-engine: vllm
-traffic:
-  task_mix: {chat: 0.7, code: 0.3}
-  concurrency: 32
-  temperature: 0.7
-slo: {itl_p99_ms: 50}
-"""
 
 
 def test_the_issue_profile_says_what_it_was_asked_and_what_would_unlock_more(tmp_path: Path) -> None:
@@ -222,7 +213,7 @@ def test_the_issue_profile_says_what_it_was_asked_and_what_would_unlock_more(tmp
     defaults it used, and in "Why" the EAGLE-3 option it cannot run yet, its speedup, and the
     published head that unlocks it on vLLM."""
     path = tmp_path / "llama.yaml"
-    path.write_text(ISSUE_PROFILE)
+    path.write_text(ISSUE_EXAMPLE)
     md = _run("recommend", str(path))
     data = json.loads(_run("recommend", str(path), "--format", "json"))
     head = md.split("## Decision:", 1)[0]

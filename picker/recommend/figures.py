@@ -118,6 +118,11 @@ def measure_command(r: BatchRange) -> str | None:
     return getattr(r, "measure", None)
 
 
+def schedule_footnotes(rec: Recommendation) -> list[str]:
+    """What goes under the schedule table: the uncertain ranges' notes, then what the columns hold."""
+    return [*schedule_notes(rec), SCHEDULE_NOTE]
+
+
 def max_concurrency(d: Decision) -> int | None:
     """Where the engine runs one setting at every batch: the concurrency to keep the server at or
     below, where the decision states one (``Decision.max_concurrency``; plans made before it have none)."""

@@ -20,16 +20,8 @@ from typing import Any
 
 from picker.recommend.contract import Recommendation
 from picker.recommend.explain import markdown as explain_markdown
-from picker.recommend.figures import (
-    SCHEDULE_COLUMNS,
-    SCHEDULE_NOTE,
-    fraction,
-    headline,
-    max_concurrency,
-    schedule_notes,
-    schedule_rows,
-    times,
-)
+from picker.recommend import figures
+from picker.recommend.figures import fraction, headline, times
 from picker.recommend.plan_inputs import default_lines, lines
 from picker.recommend.result import Result
 from picker.recommend.words import glossary, label, measure_next, shape_text, strategy_labels, title, unlock_text
@@ -141,15 +133,15 @@ def _decision_on(rec: Recommendation, labels: dict[str, str]) -> list[str]:
     sw = d.temperature_switch
     when = f"turn it off above T = {sw.above:g}" if sw.above is not None else "no switch needed"
     out.append(f"- Temperature: {when} ({sw.reason}).")
-    cap = max_concurrency(d)
+    cap = figures.max_concurrency(d)
     if cap is not None:
         out.append(f"- Concurrency: keep the server at or below {cap} sequences ({rec.engine} drafts the same "
                    "setting at every batch size).")
     on = rec.evidence.measured_on
-    heads = [name + (_on(on) if name == "speedup" else "") for name, _ in SCHEDULE_COLUMNS]
+    heads = [name + (_on(on) if name == "speedup" else "") for name, _ in figures.SCHEDULE_COLUMNS]
     out += ["", "| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
-    out += ["| " + " | ".join(cells) + " |" for cells in schedule_rows(rec)]
-    for note in [*schedule_notes(rec), SCHEDULE_NOTE]:
+    out += ["| " + " | ".join(cells) + " |" for cells in figures.schedule_rows(rec)]
+    for note in figures.schedule_footnotes(rec):
         out += ["", note]
     return out + [""]
 

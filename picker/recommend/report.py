@@ -25,11 +25,10 @@ from picker.recommend import report_plots as plots
 from picker.recommend.contract import Recommendation
 from picker.recommend.figures import (
     SCHEDULE_COLUMNS,
-    SCHEDULE_NOTE,
     fraction,
     headline,
     max_concurrency,
-    schedule_notes,
+    schedule_footnotes,
     schedule_rows,
     times,
 )
@@ -205,7 +204,7 @@ def _schedule(rec: Recommendation) -> str:
     on = rec.evidence.measured_on
     note = f'<p class="muted">Speedups measured on {_e(on)}.</p>' if on else ""
     rows = [[_e(c) for c in cells] for cells in schedule_rows(rec)]
-    notes = "".join(f'<p class="muted">{_code(n)}</p>' for n in [*schedule_notes(rec), SCHEDULE_NOTE])
+    notes = "".join(f'<p class="muted">{_code(n)}</p>' for n in schedule_footnotes(rec))
     return note + _table([name for name, _ in SCHEDULE_COLUMNS], rows, {2, 3}) + notes
 
 
