@@ -207,10 +207,9 @@ class Decided:
 def _speculation_off(table: ScoredTable, usable: list[Scored], path: str) -> Decided:
     """The recommendation when nothing is deployable or nothing pays enough."""
     profile = table.profile
-    best = usable[0] if usable else None
-    why = ("no strategy is deployable on this profile" if best is None else
-           f"the best option ({'draft model' if best.caps.needs_draft_model else best.plugin.name}, "
-           f"{best.config.label}) predicts only {times(best.mean)}")
+    why = ("no strategy is deployable on this profile" if not usable else
+           f"the best option ({usable[0].plugin.name}, {usable[0].config.label}) predicts only "
+           f"{times(usable[0].mean)}")
     decision = Decision(strategy="none", num_speculative_tokens=0, tree=None,
                         temperature_switch=TemperatureSwitch(above=None, action="none", reason=why),
                         batch_schedule=[BatchRange(min_batch=1, max_batch=None, num_speculative_tokens=0,
