@@ -265,3 +265,33 @@ def test_a_version_that_cannot_run_the_strategy_says_which_can() -> None:
     old = _cfgs("vanilla", versions={"vllm": "0.14.1"})["vllm"]
     assert old["supported"] is False and "until 0.15.0" in old["reason"] and "sglang" in old["reason"]
     assert _cfgs("vanilla", versions={"vllm": "0.15.0"})["vllm"]["valid_for"] == ">=0.15.0,<0.33.0"
+
+
+def test_a_strategy_the_profiles_engine_version_cannot_run_is_never_deployable(tmp_path) -> None:
+    """vLLM 0.10.1 has no suffix method (0.11.1) and no separate draft model (0.15.0): a profile naming
+    it never gets them enabled or as a deployable alternative, and says why; 0.32.0 can run suffix."""
+    import yaml
+
+    from picker.inputs.workload import load_profile
+    from picker.recommend.pipeline import recommend
+
+    def plan(version: str):
+        raw = {"name": "old-vllm", "model": "llama-3.1-8b-instruct", "hardware": "H100",
+               "engine": {"name": "vllm", "version": version},
+               "traffic": {"task_mix": {"chat": 0.7, "code": 0.3}, "concurrency": 32, "temperature": 0.7},
+               "drafters": {"draft_model": {"name": "meta-llama/Llama-3.2-1B-Instruct", "params_b": 1.24}}}
+        path = tmp_path / f"p-{version}.yaml"
+        path.write_text(yaml.safe_dump(raw))
+        return recommend(load_profile(path)).recommendation
+
+    old = plan("0.10.1")
+    assert old.decision.strategy not in ("suffix", "vanilla")
+    rows = {(c.strategy, c.num_speculative_tokens, c.tree is None): c for c in old.alternatives}
+    for (name, _, _), c in rows.items():
+        if name in ("suffix", "vanilla"):
+            assert not c.engine_supported, c
+            assert c.tree is not None or any("0.10.1" in n for n in c.notes), c  # a tree: vLLM verifies chains
+    assert any(c.strategy in ("suffix", "vanilla") for c in old.alternatives)
+    new = plan("0.32.0")
+    assert any(c.strategy == "suffix" and c.engine_supported for c in new.alternatives) or \
+        new.decision.strategy == "suffix"

@@ -65,8 +65,11 @@ def test_plugin_is_recommended_and_explained_from_its_measurements(tmp_path: Pat
     assert vllm["speculative_config"]["method"] == "custom_class"
     assert vllm["speculative_config"]["model"] == "specpicker_testplugin.vllm_proposer.RepeatLastProposer"
     assert vllm["version"] == "0.32.0" and vllm["valid_for"] in (">=0.22.0,<0.33.0", ">=0.24.0,<0.33.0")
-    assert old["engine_configs"]["vllm"]["supported"] is False  # the profile's own vLLM 0.17.0
-    assert "custom_class arrived in 0.22.0" in old["engine_configs"]["vllm"]["reason"]
+    # The profile's own vLLM 0.17.0 cannot load it: never enabled there, and its row says why.
+    assert old["decision"]["strategy"] != PLUGIN_NAME
+    mine = [c for c in old["alternatives"] if c["strategy"] == PLUGIN_NAME]
+    assert mine and all(not c["engine_supported"] and any("custom_class arrived in 0.22.0" in n for n in c["notes"])
+                        for c in mine)
     sglang = data["engine_configs"]["sglang"]
     assert sglang["args"][:2] == ["--speculative-algorithm", "NGRAM"] and "approximation" in sglang
     assert data["engine_configs"]["tensorrt_llm"]["supported"] is False
@@ -75,9 +78,12 @@ def test_plugin_is_recommended_and_explained_from_its_measurements(tmp_path: Pat
 def test_plugin_is_disabled_from_a_profile_like_a_builtin(tmp_path: Path) -> None:
     summary = str(_measured(tmp_path))
     with discoverable():
-        listed = _recommend(str(_profile(tmp_path, disabled=[PLUGIN_NAME])), "--measurements", summary, "--explain")
-        legacy = _recommend(str(_profile(tmp_path, allow_repeat_last=False)), "--measurements", summary)
-        builtin = _recommend(str(_profile(tmp_path, disabled=[PLUGIN_NAME, "ngram"])), "--measurements", summary)
+        # vLLM 0.32.0: a version that can load it (custom_class), so only the profile disables it
+        listed = _recommend(str(_profile(tmp_path, "0.32.0", disabled=[PLUGIN_NAME])), "--measurements", summary,
+                            "--explain")
+        legacy = _recommend(str(_profile(tmp_path, "0.32.0", allow_repeat_last=False)), "--measurements", summary)
+        builtin = _recommend(str(_profile(tmp_path, "0.32.0", disabled=[PLUGIN_NAME, "ngram"])), "--measurements",
+                             summary)
     assert PLUGIN_NAME not in _explained(listed) and listed["decision"]["strategy"] != PLUGIN_NAME
     off = next(c for c in listed["alternatives"] if c["strategy"] == PLUGIN_NAME)
     assert not off["feasible"] and off["notes"] == ["disabled in the profile (drafters.disabled)"]

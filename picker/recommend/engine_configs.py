@@ -141,6 +141,31 @@ SGLANG_ADAPTIVE_FILE = "speculative_adaptive.json"
 OPEN_BATCH = 65536
 
 
+def _probe(engine: str, plugin: StrategyPlugin, topk: int, version: str | None) -> EngineConfig | str:
+    """The strategy's hook asked for a representative decision of ``topk`` at ``version``: its
+    EngineConfig, or why the engine (at that version) cannot run it."""
+    algorithm = plugin.capabilities.engines.get(engine)
+    if algorithm is None or engine not in ENGINE_VERSIONS:
+        return f"{engine} has no algorithm for it"
+    resolved, _ = resolve_version(engine, version)
+    depth = 2  # any drafting length: what a hook refuses or schedules depends on the shape, not the length
+    req = DeployRequest(engine=engine, version=resolved, algorithm=algorithm, depth=depth, topk=topk,
+                        tree_tokens=depth + 1 if topk == 1 else depth * topk + 1, artifact=_artifact(plugin, None),
+                        verifies_trees=ENGINE_VERIFIES_TREES[engine])
+    try:
+        return plugin.engine_config(engine)(req)
+    except Unsupported as err:
+        return str(err)
+
+
+def version_refusal(engine: str, plugin: StrategyPlugin, topk: int, version: str | None) -> str | None:
+    """Why ``engine`` at ``version`` cannot run ``plugin`` (its hook refuses that version: e.g. vLLM's
+    suffix method before 0.11.1), or None. The option is then not deployable, so the decision never
+    enables what the emitted config would mark unsupported."""
+    probe = _probe(engine, plugin, topk, version)
+    return probe if isinstance(probe, str) else None
+
+
 def runs_batch_schedule(engine: str, plugin: StrategyPlugin, topk: int, version: str | None = None) -> bool:
     """Whether ``engine`` (at ``version``; None: the pinned one) switches ``plugin``'s draft length by
     batch size for a decision of ``topk``: the engine-wide rule (SGLang's adaptive speculation for
@@ -152,21 +177,14 @@ def runs_batch_schedule(engine: str, plugin: StrategyPlugin, topk: int, version:
     algorithm = plugin.capabilities.engines.get(engine)
     if algorithm is None or engine not in ENGINE_VERSIONS:
         return False
-    resolved, _ = resolve_version(engine, version)
     if engine == "sglang":
         shape = algorithm in SGLANG_ADAPTIVE_ALGORITHMS and topk == 1
     else:
         shape = engine == "vllm" or topk == 1
-    if not shape or _schedule_unsupported(engine, resolved) is not None:
+    if not shape or _schedule_unsupported(engine, resolve_version(engine, version)[0]) is not None:
         return False
-    depth = 2  # any drafting length: the hooks' schedule flag depends on the shape, not the length
-    req = DeployRequest(engine=engine, version=resolved, algorithm=algorithm, depth=depth, topk=topk,
-                        tree_tokens=depth + 1 if topk == 1 else depth * topk + 1, artifact=_artifact(plugin, None),
-                        verifies_trees=ENGINE_VERIFIES_TREES[engine])
-    try:
-        return plugin.engine_config(engine)(req).schedule
-    except Unsupported:
-        return False
+    probe = _probe(engine, plugin, topk, version)
+    return not isinstance(probe, str) and probe.schedule
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from picker.engine.plugins import Capabilities, StrategyPlugin
 from picker.errors import UserError
 from picker.inputs.workload import WorkloadProfile
-from picker.recommend.engine_configs import ENGINE_VERIFIES_TREES
+from picker.recommend.engine_configs import ENGINE_VERIFIES_TREES, version_refusal
 from picker.recommend.table import Option
 from policies import ModelShape, configs_for, eagle_layer_shape, medusa_heads_shape
 
@@ -104,7 +104,8 @@ def options_for(profile: WorkloadProfile, plugins: dict[str, StrategyPlugin], ta
         caps = plugin.capabilities
         feasible, notes = feasibility(plugin, profile, target)
         for config in configs_for(caps, artifact_heads(caps, profile)):
-            why_not = engine_support(caps, profile.engine.name, config.is_tree)
+            why_not = engine_support(caps, profile.engine.name, config.is_tree) or version_refusal(
+                profile.engine.name, plugin, config.topk, profile.engine.version)
             out.append(Option(plugin, config, feasible, why_not is None,
                               (*notes, why_not) if why_not else tuple(notes)))
     return out
