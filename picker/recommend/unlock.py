@@ -7,7 +7,8 @@ provided, and, where a configuration needs another engine and is better still, t
 blocker the alternatives table names gets its real remedy: a missing artifact the profile field to
 fill (with the published artifact or the catalog's smaller model where one is known), a disabled
 strategy the field that disables it, too little memory the headroom needed, an engine without the
-algorithm (or without tree verification) the engines that have it.
+algorithm (or without tree verification) the engines that have it, an engine version too old for
+it a newer one.
 
     >>> from picker.inputs.workload import load_profile
     >>> from picker.recommend.pipeline import recommend
@@ -24,7 +25,7 @@ from picker.engine.plugins import Capabilities
 from picker.inputs.model_catalog import CATALOG, find_model
 from picker.inputs.workload import WorkloadProfile
 from picker.recommend.contract import SpeedupRange, Unlock
-from picker.recommend.engine_configs import ENGINE_VERIFIES_TREES
+from picker.recommend.engine_configs import ENGINE_VERIFIES_TREES, version_refusal
 from picker.recommend.figures import rounded
 from picker.recommend.options import artifact_memory_gib, engine_support
 from picker.recommend.table import NOT_WORTH_IT, Scored, ScoredTable, ranked
@@ -104,6 +105,10 @@ def _remedies(row: Scored, table: ScoredTable) -> list[str] | None:
         out.append(f"memory_headroom_gib >= {need:.1f} (it is {profile.memory_headroom_gib:g}): the room its "
                    "weights need per accelerator")
     why_engine = engine_support(caps, profile.engine.name, row.config.is_tree)
+    too_old = None if why_engine is not None else version_refusal(
+        profile.engine.name, row.plugin, row.config.topk, profile.engine.version)
+    if too_old is not None:
+        out.append(f"switch to a newer {profile.engine.name} than {profile.engine.version} (engine.version): {too_old}")
     if why_engine is not None:
         engines = _engines_running(caps, row.config.is_tree)
         if not engines:
