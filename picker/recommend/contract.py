@@ -166,7 +166,7 @@ SPEEDUP_SCOPES: dict[str, str] = {
 
 class ModelInput(_Model):
     name: str
-    params_b: float = Field(description="parameters, billions (all experts of a mixture of experts)")
+    params_b: float = Field(description="parameters, billions, as the profile gives them or its shape implies")
     dtype: str
     shape_from: str = Field(description="where the shape came from: the profile, a config.json, the catalog")
 
