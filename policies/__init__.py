@@ -29,6 +29,7 @@ _EXPORTS: dict[str, str] = {
     "Candidate": "evidence", "CostEvidence": "evidence", "Evidence": "evidence",
     # the core speedup model of one candidate row, and its numeric encoding for the learned correction
     "base_range": "speedup_model", "base_speedup": "speedup_model", "step_ratio": "speedup_model",
+    "HELD_OUT_ERROR": "speedup_model", "HELD_OUT_SHARE": "speedup_model", "CPU_HELD_OUT_ERROR": "speedup_model",
     "feature_matrix": "encoding",
     "evidence_from_cell": "cell_evidence", "live_step_points": "cell_evidence",
     "load_priors": "priors",
@@ -45,7 +46,7 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = [  # every key of _EXPORTS (tests/test_recommend_pipeline.py checks they agree)
-    "Calibration", "Candidate", "Config", "CostContext", "CostEvidence", "Evidence", "JEFFREYS",
+    "CPU_HELD_OUT_ERROR", "Calibration", "Candidate", "Config", "CostContext", "CostEvidence", "Evidence", "HELD_OUT_ERROR", "HELD_OUT_SHARE", "JEFFREYS",
     "ModelShape", "OnlineParams", "Policy", "SpeedupEstimator", "StepCost", "base_range", "base_speedup",
     "beta_quantile", "beta_var", "break_even", "break_even_from_ratio", "calibration_for", "chain",
     "chain_evidence", "chain_length", "config_cost", "configs_for", "decayed_update", "eagle_layer_shape",
@@ -106,5 +107,5 @@ if TYPE_CHECKING:  # the same names, for type checkers
     from policies.priors import load_priors
     from policies.roofline import ModelShape
     from policies.scalar import chain_length, solve_alpha, tree_length
-    from policies.speedup_model import base_range, base_speedup, step_ratio
+    from policies.speedup_model import CPU_HELD_OUT_ERROR, HELD_OUT_ERROR, HELD_OUT_SHARE, base_range, base_speedup, step_ratio
     from policies.theory import expected_length_iid

@@ -114,15 +114,26 @@ def test_a_batch_range_gets_its_own_lower_temperature_switch() -> None:
     assert _range_switch(curve, [], 1, overall) is None  # type: ignore[arg-type]  # same as the global one
 
 
-def test_schedule_ranges_say_when_their_range_straddles_one() -> None:
+def test_schedule_ranges_say_when_their_range_does_not_decide() -> None:
+    """Uncertain: the range's low end does not clear the bar while its high end reaches 1.0x; where
+    the engine switches by batch size such a range is off and names its measurement."""
+    from picker.recommend.uncertainty import ENABLE_LOW
+
     for profile in sorted((ROOT / "profiles").glob("*.yaml")):
         rec = recommend(load_profile(profile)).recommendation
         for r in rec.decision.batch_schedule:
-            if rec.decision.strategy == "none":  # nothing scored on the batch grid
-                assert r.predicted_speedup_range is None and not r.uncertain
+            if rec.decision.strategy == "none":
+                if r.uncertain:  # off because nothing is sure to pay: the range and the measurement say why
+                    assert r.predicted_speedup_range is not None and r.measure
+                    assert r.predicted_speedup_range[0] < ENABLE_LOW
+                else:  # nothing scored on the batch grid
+                    assert r.predicted_speedup_range is None
                 continue
             assert r.predicted_speedup_range is not None
             low, high = r.predicted_speedup_range
-            assert low <= high and r.uncertain == (low < 1.0 <= high)
+            assert low <= high
+            if r.uncertain:
+                assert low < ENABLE_LOW and r.measure
             if r.num_speculative_tokens == 0:
                 assert r.disable_above_temperature is None
+                assert r.uncertain == (low < ENABLE_LOW and high >= 1.0)

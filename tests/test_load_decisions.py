@@ -41,14 +41,21 @@ def test_every_number_says_what_it_averages_over(path: Path) -> None:
         assert "predicted speedup at that batch" in text and "the batch size carrying the most traffic" in text
 
 
-def test_break_even_rises_with_batch_and_speculation_ends_where_it_stops_paying() -> None:
+def test_break_even_rises_with_batch_and_speculation_ends_where_it_stops_paying(tmp_path: Path) -> None:
     """Each row states its break-even α at the batch carrying most of its traffic (the typical batch
     for the row holding it, the headline's value there), else at its first batch on the grid. Rows
     of different draft lengths need not rise from row to row (a shorter draft at a larger batch can
-    need less), so the rise is checked for one setting: the deployed one, batch by batch."""
+    need less), so the rise is checked for one setting: the deployed one, batch by batch. The
+    shipped profile's vLLM 0.17.0 drafts one length at every batch (per-batch lengths arrived in
+    0.24.0): the schedule is checked on 0.32.0, which switches them."""
+    import yaml
+
     from policies import break_even
 
-    result = recommend(load_profile(PROFILES[[p.stem for p in PROFILES].index("code-assistant-8b-a100")]))
+    data = yaml.safe_load(PROFILES[[p.stem for p in PROFILES].index("code-assistant-8b-a100")].read_text())
+    data["engine"]["version"] = "0.32.0"
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(data))
+    result = recommend(load_profile(tmp_path / "p.yaml"))
     rec = result.recommendation
     on = [r for r in rec.decision.batch_schedule if r.num_speculative_tokens > 0]
     assert len(on) >= 2

@@ -32,16 +32,12 @@ import typer
 
 from picker.cli.common import Fmt, user_errors, write_output
 from picker.errors import UserError, UserErrors
+from policies import HELD_OUT_ERROR, HELD_OUT_SHARE  # the load curve's held-out error (policies.speedup_model)
 
 if TYPE_CHECKING:
     from picker.engine.plugins import Capabilities
     from picker.inputs.hardware import Hardware
 
-# How far the load curve's speedups stray from published ones it was not fitted on: 80 % of the 60
-# held-out points of bench/load/README.md (vLLM, gpt-fast and eager-PyTorch runs; no curve constant is
-# fitted on them) lie within this relative error (nearest rank; tests/test_estimate_cli.py recomputes it).
-HELD_OUT_ERROR = 0.155
-HELD_OUT_SHARE = 0.8
 LOOP_ENGINE = "hf"  # the project's own eager loop: every registered strategy runs on it
 
 

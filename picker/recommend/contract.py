@@ -72,8 +72,12 @@ class BatchRange(_Model):
     predicted_speedup_range: tuple[float, float] | None = Field(None, description=(
         "low and high of predicted_speedup (of the best setting where the range is off)"))
     uncertain: bool = Field(False, description=(
-        "the predicted range at the range's first batch straddles 1.0x: on or off is decided by the "
-        "mean; measure at this batch before relying on it"))
+        "the predicted range at the range's first batch does not clear the decision's bar (its low end "
+        "at least 1.02x, or an A/B gain measured there with its interval above 1.0x) while its high end "
+        "reaches 1.0x: speculation is off here where the engine switches by batch size; where it runs one "
+        "setting at every batch, the range lies above the concurrency to keep (decision.max_concurrency)"))
+    measure: str | None = Field(None, description=(
+        "where uncertain: the specpick profile command whose A/B gain would decide this range"))
     disable_above_temperature: float | None = Field(None, description=(
         "in this range speculation is off above this temperature, where that is lower than the "
         "global temperature switch (null: the global switch holds)"))
@@ -90,6 +94,9 @@ class Decision(_Model):
     tree: TreeShape | None
     temperature_switch: TemperatureSwitch
     batch_schedule: list[BatchRange]
+    max_concurrency: int | None = Field(None, description=(
+        "where the engine runs one setting at every batch size: the largest batch at which its predicted "
+        "range's low end still clears the bar; keep the server's concurrency at or below it (null: no cap)"))
 
 
 class TaskRow(_Model):

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
 from picker.inputs.measurements import TEMPERATURE_MATCH, Measurements
@@ -40,7 +40,10 @@ from picker.recommend.measured_load import (
     with_ratio,
 )
 from picker.recommend.table import Bucket, Option, Speedups, pinned
+from picker.recommend.uncertainty import ABGain, ab_gains
 from policies import (
+    CPU_HELD_OUT_ERROR,
+    HELD_OUT_ERROR,
     Config,
     CostContext,
     ModelShape,
@@ -56,6 +59,25 @@ if TYPE_CHECKING:  # numpy-free at run time: policies.calibration imports numpy
     from policies import Calibration
 
 CostKind = Literal["measured", "calibrated", "modelled"]
+
+
+@dataclass(frozen=True)
+class EngineOverhead:
+    """A live engine's cost of speculation beyond the forwards the load curve prices, in plain decode
+    steps of that engine (the terms of ``picker.profiler.overhead``): ``per_step`` on every step once
+    speculation is enabled, ``per_draft_step`` on a step that drafted, ``per_draft_token`` per drafted
+    token. The load curve prices a step that drafts, so all three apply to it."""
+
+    per_step: float = 0.0
+    per_draft_step: float = 0.0
+    per_draft_token: float = 0.0
+
+    def at(self, drafted: int) -> float:
+        """Plain steps a step drafting ``drafted`` tokens pays on top of its forwards."""
+        return self.per_step + (self.per_draft_step + self.per_draft_token * drafted if drafted else 0.0)
+
+
+NO_OVERHEAD = EngineOverhead()
 
 
 @dataclass(frozen=True, eq=False)
@@ -75,6 +97,15 @@ class CostSource:
     calibration: Calibration | None = None
     source: str = ""
     unused_gains: bool = False
+    # The A/B gains with their intervals (picker.recommend.uncertainty.ab_gains), where the
+    # measurements' costs transfer: a gain measured on another deployment says nothing of this one's.
+    intervals: Mapping[tuple[str, Config], tuple[ABGain, ...]] = field(default_factory=dict)
+    # The model's own relative error on this deployment's speedups (policies.HELD_OUT_ERROR, on a CPU
+    # CPU_HELD_OUT_ERROR): every predicted range carries it (picker.recommend.uncertainty.widened).
+    model_error: float = HELD_OUT_ERROR
+    # What speculation costs on the live engine beyond the tokens it verifies (EngineOverhead): none
+    # until a per-engine fit (policies/data/engine_overhead.json, picker.profiler.overhead) is wired in.
+    overhead: EngineOverhead = field(default_factory=lambda: NO_OVERHEAD)
 
 
 def shape_of(resolved: object) -> ModelShape:  # ResolvedModelShape -> roofline ModelShape
@@ -107,13 +138,18 @@ def choose_costs(profile: WorkloadProfile, index: EvidenceIndex, measurements: M
     kind: CostKind = "measured" if index.measured_costs and measurements is not None else \
         "calibrated" if calibration is not None else "modelled"
     return CostSource(kind, ctx, curves if index.measured_costs else {}, calibration,
-                      getattr(measurements, "source", "") or "", bool(curves) and not index.measured_costs)
+                      getattr(measurements, "source", "") or "", bool(curves) and not index.measured_costs,
+                      ab_gains(measurements) if index.measured_costs else {},
+                      CPU_HELD_OUT_ERROR if profile.hardware.gpu == "cpu" else HELD_OUT_ERROR)
 
 
 @functools.lru_cache(maxsize=CACHE)
 def model_cost(costs: CostSource, option: Option, batch: int, sampled: bool = False) -> StepCost:
-    """The load curve's step cost (``policies.config_cost``), calibrated where a file was given."""
-    return config_cost(option.caps, option.config, costs.ctx, batch, sampled=sampled)
+    """The load curve's step cost (``policies.config_cost``), calibrated where a file was given, plus
+    the live engine's overhead of speculation (``CostSource.overhead``) on the verify side."""
+    step = config_cost(option.caps, option.config, costs.ctx, batch, sampled=sampled)
+    extra = costs.overhead.at(step.n_draft)
+    return replace(step, verify_seconds=step.verify_seconds + extra * step.plain_seconds) if extra else step
 
 
 def at_cost(index: EvidenceIndex, costs: CostSource, option: Option, bucket: Bucket, price: StepCost,

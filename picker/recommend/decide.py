@@ -17,6 +17,7 @@ batch, and the rationale and the rollout gate print it from the stored value.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from picker.recommend.contract import (
@@ -33,9 +34,11 @@ from picker.recommend.contract import (
 )
 from picker.recommend.engine_configs import ENGINE_GREEDY, ScheduleEntry, build_engine_configs, runs_batch_schedule
 from picker.recommend.figures import fraction, rounded, times
+from picker.recommend.measure import measure_command
 from picker.recommend.measured_load import MEASURED, AnchoredStepCost, cost_source
 from picker.recommend.schedule import Deployment, Point, batch_schedule, merge_schedule, temperature_switch
 from picker.recommend.table import BATCH_GRID, NOT_WORTH_IT, Scored, ScoredTable, family, ranked
+from picker.recommend.uncertainty import ENABLE_LOW, clears, measured_low
 from policies import StepCost, break_even
 
 ALTERNATIVES = 8
@@ -204,16 +207,38 @@ class Decided:
     points: tuple[Point, ...]
 
 
-def _speculation_off(table: ScoredTable, usable: list[Scored], path: str) -> Decided:
-    """The recommendation when nothing is deployable or nothing pays enough."""
+@dataclass(frozen=True)
+class Unsure:
+    """Why a deployment that might pay stays off: its predicted range over the workload and the
+    command whose measurement would decide it."""
+
+    chosen: Scored
+    mean: float
+    low: float
+    high: float
+    measure: str
+
+
+def _speculation_off(table: ScoredTable, usable: list[Scored], path: str, unsure: Unsure | None = None) -> Decided:
+    """The recommendation when nothing is deployable, nothing pays enough, or nothing is sure to pay."""
     profile = table.profile
-    why = ("no strategy is deployable on this profile" if not usable else
-           f"the best option ({usable[0].plugin.name}, {usable[0].config.label}) predicts only "
-           f"{times(usable[0].mean)}")
+    row = BatchRange(min_batch=1, max_batch=None, num_speculative_tokens=0, predicted_speedup=1.0,
+                     predicted_speedup_at_max_batch=1.0)
+    if unsure is not None:
+        u = unsure
+        why = (f"the best option ({u.chosen.plugin.name}, {u.chosen.config.label}) predicts {times(u.mean)} over "
+               f"the workload, range {times(u.low)}-{times(u.high)}: the low end does not clear {times(ENABLE_LOW)} "
+               "and no A/B gain measured at the deployment's concurrency is above 1.0x, so the evidence cannot "
+               f"tell it from slower than plain decoding; to decide it, measure: `{u.measure}`")
+        row = row.model_copy(update=dict(predicted_speedup_range=(rounded(u.low), rounded(u.high)), uncertain=True,
+                                         measure=u.measure))
+    else:
+        why = ("no strategy is deployable on this profile" if not usable else
+               f"the best option ({usable[0].plugin.name}, {usable[0].config.label}) predicts only "
+               f"{times(usable[0].mean)}")
     decision = Decision(strategy="none", num_speculative_tokens=0, tree=None,
                         temperature_switch=TemperatureSwitch(above=None, action="none", reason=why),
-                        batch_schedule=[BatchRange(min_batch=1, max_batch=None, num_speculative_tokens=0,
-                                                   predicted_speedup=1.0, predicted_speedup_at_max_batch=1.0)])
+                        batch_schedule=[row])
     return Decided(Recommendation(
         profile=path or profile.name, engine=profile.engine.name, decision=decision,
         predicted_speedup=SpeedupRange(mean=1.0, low=1.0, high=1.0), typical_batch=table.typical_batch,
@@ -244,16 +269,40 @@ def _at_typical(table: ScoredTable, deployed: Deployment) -> tuple[Scored, StepC
     return shape, cost, rounded(break_even(shape.config, cost))
 
 
-def _fixed_length_warning(table: ScoredTable, points: tuple[Point, ...]) -> list[str]:
-    """Where the engine drafts one length at every batch and that stops paying, say from where."""
-    losing = [p for p in points if p.k and p.mean < 1.0]
-    if not losing:
+def _max_concurrency(deployed: Deployment) -> int | None:
+    """Where the engine runs one setting at every batch: the last batch of the leading ranges whose
+    low end clears the bar (None where every range does, or the first one does not)."""
+    first = deployed.ranges[0]
+    if not first.uncertain:
+        cut = next((r for r in deployed.ranges if r.uncertain), None)
+        return None if cut is None else cut.min_batch - 1
+    return None
+
+
+def _fixed_length_warning(table: ScoredTable, deployed: Deployment, cap: int | None) -> list[str]:
+    """Where the engine drafts one length at every batch and that stops being sure to pay, say from where."""
+    if cap is None:
         return []
-    p, engine = losing[0], table.profile.engine.name
+    row = next(r for r in deployed.ranges if r.min_batch == cap + 1)
+    lo, hi = row.predicted_speedup_range or (row.predicted_speedup, row.predicted_speedup)
+    engine = table.profile.engine.name
     return [f"{engine} cannot change the draft length by batch size for this configuration: it drafts "
-            f"{p.k} at every batch, and is predicted slower than plain decoding at batch {p.batch} "
-            f"({times(p.mean)}; the schedule's rows say from where); keep the server's concurrency below it, "
-            "or measure there before relying on it"]
+            f"{deployed.chosen.config.depth} at every batch, and above batch {cap} its predicted range "
+            f"({times(lo)}-{times(hi)} at batch {row.min_batch}) no longer clears {times(ENABLE_LOW)}; keep the "
+            f"server's concurrency at or below {cap} (the plan's max_concurrency), or measure there first: "
+            f"`{row.measure}`"]
+
+
+def _whole_enabled(table: ScoredTable, deployed: Deployment, varies: bool) -> bool:
+    """On or off for the whole deployment: where the engine switches by batch size, on if any range
+    is; where it runs one setting at every batch, the rule (``uncertainty.enabled``) over the
+    traffic-weighted gain of that setting as deployed."""
+    if varies:
+        return any(r.num_speculative_tokens for r in deployed.ranges)
+    if clears(deployed.speedup(table.buckets)[1]):
+        return True
+    low = measured_low(deployed.chosen, table.buckets)
+    return low is not None and low > 1.0
 
 
 def decide(table: ScoredTable, *, path: str = "") -> Decided:
@@ -265,21 +314,32 @@ def decide(table: ScoredTable, *, path: str = "") -> Decided:
     chosen = usable[0]
     switch = temperature_switch(chosen, bs)
     varies = _schedulable(table, chosen)
-    deployed, points = batch_schedule(table.rows, chosen, bs, switch, varies)
+
+    def measure(opt: Scored, levels: Sequence[int]) -> str:
+        return measure_command(profile, path, opt.plugin.name, opt.config.depth, levels)
+
+    deployed, points = batch_schedule(table.rows, chosen, bs, switch, varies, measure)
     k_max = max(r.num_speculative_tokens for r in deployed.ranges)
     if 0 < k_max < chosen.config.depth:
         # The schedule never uses the full depth: deploy the length it does use at small batches,
         # so the engine's maximum (vLLM num_speculative_tokens, TRT max_draft_len) matches it.
         chosen = max(family(table.rows, chosen), key=lambda o: (o.config.depth == k_max, o.mean))
-        deployed, points = batch_schedule(table.rows, chosen, bs, switch, varies)
+        deployed, points = batch_schedule(table.rows, chosen, bs, switch, varies, measure)
+    if not _whole_enabled(table, deployed, varies):
+        mean, low, high = chosen.mean, chosen.low, chosen.high
+        if not varies:  # the setting as deployed (its temperature switch applied)
+            mean, low, high = deployed.speedup(bs)
+        levels = sorted({b.batch for b in bs})
+        return _speculation_off(table, usable, path, Unsure(chosen, mean, low, high, measure(chosen, levels)))
     schedule = list(deployed.ranges)
     mean, low, high = deployed.speedup(bs)
     _, cost, be = _at_typical(table, deployed)
-    warnings = list(chosen.notes) + ([] if varies else _fixed_length_warning(table, points))
+    cap = None if varies else _max_concurrency(deployed)
+    warnings = list(chosen.notes) + _fixed_length_warning(table, deployed, cap)
     if not chosen.caps.engines.get(profile.engine.name):
         warnings.append(f"{profile.engine.name} cannot run {chosen.plugin.name}")
     decision = Decision(strategy=chosen.plugin.name, num_speculative_tokens=chosen.config.depth,
-                        tree=_tree(chosen), temperature_switch=switch, batch_schedule=schedule)
+                        tree=_tree(chosen), temperature_switch=switch, batch_schedule=schedule, max_concurrency=cap)
     rec = Recommendation(
         profile=path or profile.name, engine=profile.engine.name, decision=decision,
         predicted_speedup=SpeedupRange(mean=rounded(mean), low=rounded(min(low, mean, high)),
@@ -320,8 +380,15 @@ def _rationale(table: ScoredTable, chosen: Scored, usable: list[Scored], deploye
         name = "draft model" if runner.caps.needs_draft_model else runner.plugin.name  # practitioners' word
         out.append(f"Runner-up: {name} ({runner.config.label}) at {times(runner.mean)}.")
     off = [r for r in deployed.ranges if r.num_speculative_tokens == 0]
-    if off:
+    if off and not off[0].uncertain:
         out.append(f"From batch {off[0].min_batch} up, verification is no longer free enough: speculation off.")
+    for r in off:
+        if r.uncertain and r.predicted_speedup_range is not None:
+            lo, hi = r.predicted_speedup_range
+            top = "∞" if r.max_batch is None else r.max_batch
+            out.append(f"At batch {r.min_batch}-{top} speculation is off: the predicted range there "
+                       f"({times(lo)}-{times(hi)}) does not clear {times(ENABLE_LOW)}; to decide it, measure: "
+                       f"`{r.measure}`.")
     if switch.above is not None:
         out.append(f"Above temperature {switch.above:g} acceptance drops too far: {switch.reason}.")
     return out

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from picker.recommend.contract import BatchRange, Decision, Recommendation
+from picker.recommend.uncertainty import ENABLE_LOW
 
 DIGITS = 3
 
@@ -113,9 +114,8 @@ def schedule_rows(rec: Recommendation) -> list[list[str]]:
 
 
 def measure_command(r: BatchRange) -> str | None:
-    """The ``specpick profile`` command that would decide an uncertain range, where the decision
-    names one (``BatchRange.measure``; plans made before it have none)."""
-    return getattr(r, "measure", None)
+    """The ``specpick profile`` command that would decide an uncertain range (``BatchRange.measure``)."""
+    return r.measure
 
 
 def schedule_footnotes(rec: Recommendation) -> list[str]:
@@ -125,8 +125,8 @@ def schedule_footnotes(rec: Recommendation) -> list[str]:
 
 def max_concurrency(d: Decision) -> int | None:
     """Where the engine runs one setting at every batch: the concurrency to keep the server at or
-    below, where the decision states one (``Decision.max_concurrency``; plans made before it have none)."""
-    return getattr(d, "max_concurrency", None)
+    below (``Decision.max_concurrency``; None: no cap)."""
+    return d.max_concurrency
 
 
 def schedule_notes(rec: Recommendation) -> list[str]:
@@ -136,7 +136,9 @@ def schedule_notes(rec: Recommendation) -> list[str]:
     for i, r in enumerate(_uncertain(rec), 1):
         lo, hi = r.predicted_speedup_range or (0.0, 0.0)
         cmd = measure_command(r)
+        what = "so speculation is off there" if not r.num_speculative_tokens else \
+            "so this range lies above the concurrency to keep"
         how = f": `{cmd}`" if cmd else " before relying on it"
-        out.append(f"({i}) uncertain: the evidence cannot tell the predicted range {times(lo)}–{times(hi)} from "
-                   f"1.0x; measure at batch {r.min_batch}{how}.")
+        out.append(f"({i}) uncertain: the predicted range {times(lo)}–{times(hi)} does not clear "
+                   f"{times(ENABLE_LOW)}, {what}; to decide it, measure at batch {r.min_batch}{how}.")
     return out

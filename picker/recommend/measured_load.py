@@ -74,7 +74,7 @@ def cost_source(cost: StepCost | None) -> str:
     return MEASURED if isinstance(cost, MeasuredStepCost) else MODEL
 
 
-def _config_of(cell: object) -> Config | None:
+def config_of(cell: object) -> Config | None:
     tree = getattr(cell, "tree", None)
     if tree:
         try:
@@ -97,7 +97,7 @@ def gain_curves(measurements: Measurements | None) -> dict[tuple[str, Config], t
     groups: dict[tuple[str, Config, str, float], dict[int, float]] = {}
     for c in measurements.cells:
         g = c.throughput_gain_vs_plain if c.throughput_gain_vs_plain is not None else c.speedup_vs_plain
-        config = _config_of(c)
+        config = config_of(c)
         if g is None or g <= 0 or config is None:
             continue
         groups.setdefault((c.strategy, config, c.task, c.temperature), {})[c.concurrency] = float(g)

@@ -16,13 +16,14 @@ Every number a schedule row, the headline and the batch plot show is read off on
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from picker.recommend.contract import BatchRange, TemperatureSwitch
 from picker.recommend.measured_load import MEASURED, cost_source
 from picker.recommend.table import BATCH_GRID, TEMPERATURE_GRID, Bucket, Scored, family, harmonic, pinned
+from picker.recommend.uncertainty import enabled
 from policies import break_even
 
 
@@ -117,6 +118,9 @@ class Deployment:
                      for i in range(3))  # type: ignore[return-value]
 
 
+Measure = Callable[[Scored, Sequence[int]], str]  # (setting, concurrency levels) -> the command that decides it
+
+
 @dataclass(frozen=True)
 class Point:
     """The deployed setting at one batch of the grid: its draft length (0: off) and speedup range."""
@@ -137,11 +141,15 @@ def _choices(chosen: Scored, shapes: Mapping[int, Scored], kept: list[Bucket],
         if varies:
             # Never lengthen as the batch grows: verification only gets dearer with more tokens in flight.
             allowed = [o for d, o in shapes.items() if d <= cap] or list(shapes.values())
-            best = max(allowed, key=lambda o: o.speedup_at(kept, batch=batch))
+            # On only where the range's low end clears the bar, or a measured A/B gain there does
+            # (uncertainty.enabled); the best of those, else off (the best setting's range is shown).
+            sure = [o for o in allowed if enabled(o, kept, batch)]
+            best = max(sure or allowed, key=lambda o: o.speedup_at(kept, batch=batch))
         else:
             best = chosen  # the engine drafts the deployed length at every batch
+            sure = [best]  # one setting for the whole batch mix: decide.py decides it on the whole
         s = best.speedup_at(kept, batch=batch)
-        k = best.config.depth if s >= 1.0 or not varies else 0
+        k = best.config.depth if sure else 0
         cap = max(k, 1) if k else cap
         ks[batch], best_o[batch], best_s[batch] = k, best, s
     sources = {batch: cost_source(best_o[batch].costs_by_batch.get(batch)) for batch in BATCH_GRID}
@@ -156,19 +164,22 @@ def _choices(chosen: Scored, shapes: Mapping[int, Scored], kept: list[Bucket],
 
 
 def batch_schedule(rows: Sequence[Scored], chosen: Scored, bs: Sequence[Bucket], switch: TemperatureSwitch,
-                   varies: bool = True) -> tuple[Deployment, tuple[Point, ...]]:
+                   varies: bool = True, measure: Measure | None = None) -> tuple[Deployment, tuple[Point, ...]]:
     """The deployment of ``chosen`` batch by batch, and its predicted speedup at each grid batch.
 
     ``varies``: the engine can switch the draft length by batch size; else the chosen length runs at
     every batch. Each grid point b_i decides the range (b_{i-1}, b_i] (the largest batch in it, the
     dearest); a range ends where the draft length or the step cost's source changes, and for a fixed
-    length also where the predicted speedup crosses 1.0x.
+    length also where the predicted range's low end stops clearing the bar (``uncertainty.enabled``).
+    ``measure`` writes the command that would decide an uncertain range (its ``measure`` field):
+    the setting in question and the traffic's batch sizes inside the range (else its first batch).
     """
     shapes = shapes_by_depth(rows, chosen)
     kept = [b for b in bs if switch.above is None or b.temperature <= switch.above] or list(bs)
     ks, best_o, best_s = _choices(chosen, shapes, kept, varies)
     sources = {batch: cost_source(best_o[batch].costs_by_batch.get(batch)) for batch in BATCH_GRID}
-    keys = [(batch, (ks[batch], sources[batch], None if varies else best_s[batch] >= 1.0)) for batch in BATCH_GRID]
+    keys = [(batch, (ks[batch], sources[batch], None if varies else enabled(best_o[batch], kept, batch)))
+            for batch in BATCH_GRID]
     spans = [(lo, hi, key[0], [b for b in BATCH_GRID if b >= lo and (hi is None or b <= hi)])
              for lo, hi, key in merge_schedule(keys)]
     # Each range's own temperature switch (only where the engine switches by batch at all: a range
@@ -193,11 +204,18 @@ def batch_schedule(rows: Sequence[Scored], chosen: Scored, bs: Sequence[Bucket],
         else:  # off: what the best setting would give there
             low, high = (best_o[grid[0]].speedup_at(kept, batch=grid[0], which=w) for w in (1, 2))
             ref, be = None, None
+        # Uncertain: the range does not decide it. Off where the best setting could still pay (its
+        # high end reaches 1) but its low end does not clear the bar; on at a length the engine
+        # runs at every batch, where the low end here does not clear it.
+        sure = enabled(best_o[grid[0]], kept, grid[0])
         ranges.append(row.model_copy(update=dict(
             predicted_speedup=round(first.mean, 3), predicted_speedup_at_max_batch=round(at[grid[-1]].mean, 3),
             break_even_alpha=be, break_even_at_batch=ref if be is not None else None,
-            predicted_speedup_range=(round(low, 3), round(high, 3)), uncertain=low < 1.0 <= high,
-            step_cost=sources[grid[0]])))
+            predicted_speedup_range=(round(low, 3), round(high, 3)),
+            uncertain=not sure and (high >= 1.0 if not k else True), step_cost=sources[grid[0]])))
+        if ranges[-1].uncertain and measure is not None:
+            levels = sorted({b.batch for b in bs if lo <= b.batch and (hi is None or b.batch <= hi)}) or [grid[0]]
+            ranges[-1] = ranges[-1].model_copy(update={"measure": measure(best_o[grid[0]], levels)})
     return Deployment(chosen, shapes, switch, tuple(ranges)), points
 
 

@@ -47,6 +47,7 @@ from picker.recommend.table import (
     ranked,
     typical_batch,
 )
+from picker.recommend.uncertainty import ab_at, widened
 
 Pairs = dict[tuple[Option, BucketKey], Speedups]
 Corrections = dict[tuple[Option, BucketKey], float]
@@ -65,7 +66,7 @@ def bucket_speedups(index: EvidenceIndex, costs: CostSource, pairs: Sequence[tup
         c = cost(index, costs, o, b.batch, b.temperature > 0)
         f = level_factor(index, costs, o, b)
         s = at_cost(index, costs, o, b, c, cost_source(c) == MEASURED)
-        out[o, b.key] = (f * s[0], f * s[1], f * s[2])
+        out[o, b.key] = widened((f * s[0], f * s[1], f * s[2]), ab_at(costs.intervals, o, b.key), costs.model_error)
     return out, {}
 
 
@@ -96,7 +97,8 @@ def _predicted(index: EvidenceIndex, costs: CostSource, todo: list[tuple[Option,
     corrections: Corrections = {}
     for i, ((o, b), m, lo, hi) in enumerate(zip(todo, mean, low, high)):
         f = level_factor(index, costs, o, b)
-        out[o, b.key] = (f * float(m), f * float(min(lo, m)), f * float(max(hi, m)))
+        out[o, b.key] = widened((f * float(m), f * float(min(lo, m)), f * float(max(hi, m))),
+                                ab_at(costs.intervals, o, b.key), costs.model_error)
         corrections[o, b.key] = float(m) / math.exp(float(X[i, 0]))  # column 0: log of the analytic base
     return out, corrections
 
@@ -167,7 +169,9 @@ def score(profile: WorkloadProfile, index: EvidenceIndex, costs: CostSource, opt
     rows = [replace(r, speedups=MappingProxyType(keyed[r.option]),
                     costs_by_batch=by_batch.get(r.option, MappingProxyType({})),
                     measured_levels=tuple(level for level, _ in measured_ratios(index, costs, r.option)),
-                    corrections=MappingProxyType(corrected.get(r.option, {})))
+                    corrections=MappingProxyType(corrected.get(r.option, {})),
+                    measured=MappingProxyType({k: m for k in keyed[r.option]
+                                               if (m := ab_at(costs.intervals, r.option, k)) is not None}))
             for r in rows]
     strategies = {o.plugin.name: o.plugin for o in kept}
     alphas: dict[tuple[str, str, float], Alpha] = {

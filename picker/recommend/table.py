@@ -106,6 +106,9 @@ class Scored:
     # With a fitted policy: its prediction over the analytic base per scored bucket (the learned
     # correction the explanation shows); empty without one.
     corrections: Mapping[BucketKey, float] = field(default_factory=lambda: MappingProxyType({}))
+    # The A/B gain (gain, low, high) measured at a bucket's own concurrency, where the profiler timed
+    # this configuration against plain decoding in interleaved rounds (picker.recommend.uncertainty).
+    measured: Mapping[BucketKey, Speedups] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def plugin(self) -> StrategyPlugin:

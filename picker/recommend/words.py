@@ -99,13 +99,16 @@ def title(rec: Recommendation) -> tuple[str, str]:
 
 
 def measure_next(rec: Recommendation, labels: dict[str, str]) -> list[str]:
-    """What would change an "off" plan besides an unlock: the deployable option closest to paying,
-    the α it would need, and the batch ranges whose prediction straddles 1.0x."""
-    out: list[str] = []
-    if any(measure_command(r) for r in rec.decision.batch_schedule):
-        return out  # the decision names the exact measurement (in its rationale and the schedule's notes)
+    """What would change an "off" plan besides an unlock: the measurement the decision names for each
+    range the evidence cannot decide, else the deployable option closest to paying and the α it needs."""
+    out = []
+    for r in rec.decision.batch_schedule:
+        cmd = measure_command(r)
+        if r.uncertain and cmd:
+            top = "∞" if r.max_batch is None else r.max_batch
+            out.append(f"At batch {r.min_batch}–{top}, an A/B gain measured above 1.0x: `{cmd}`.")
     best = next((c for c in rec.alternatives if c.feasible and c.engine_supported), None)
-    if best is not None:
+    if not out and best is not None:
         name = label(best.strategy, labels)
         out.append(f"A measured α above {fraction(best.break_even_alpha)} for {name} (its break-even at the typical "
                    f"batch of {rec.typical_batch}; with the priors' α it gives {times(best.predicted_speedup.mean)}): "
@@ -113,10 +116,4 @@ def measure_next(rec: Recommendation, labels: dict[str, str]) -> list[str]:
                    f"with `specpick profile --strategies {best.strategy} --workload PROFILE --out RUN` (add "
                    f"`--backend {rec.engine.replace('_', '')} --url URL` for the live server) and re-run "
                    "`specpick recommend PROFILE --measurements RUN/summary.json`.")
-    for r in rec.decision.batch_schedule:
-        if r.uncertain and r.predicted_speedup_range is not None:
-            hi = "∞" if r.max_batch is None else r.max_batch
-            out.append(f"At batch {r.min_batch}–{hi} the evidence cannot tell the predicted range "
-                       f"{times(r.predicted_speedup_range[0])}–{times(r.predicted_speedup_range[1])} from 1.0x: "
-                       "measure there before deciding.")
     return out
