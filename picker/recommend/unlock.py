@@ -1,8 +1,8 @@
 """The better options a deployment cannot run, and what would make each runnable.
 
 Read off the scored table (nothing is scored again): for every strategy whose best configuration
-beats what the plan deploys (or, when speculation stays off, beats the worth-it threshold) but is
-not deployable, the best configuration the profile's own engine could run once something is
+beats what the plan deploys (or, when speculation stays off, beats the worth-it threshold), would be
+turned on by the decision's rule (``picker.recommend.uncertainty.enabled``) and is not deployable, the best configuration the profile's own engine could run once something is
 provided, and, where a configuration needs another engine and is better still, that one too. Each
 blocker the alternatives table names gets its real remedy: a missing artifact the profile field to
 fill (with the published artifact or the catalog's smaller model where one is known), a disabled
@@ -29,6 +29,7 @@ from picker.recommend.engine_configs import ENGINE_VERIFIES_TREES, version_refus
 from picker.recommend.figures import rounded
 from picker.recommend.options import artifact_memory_gib, engine_support
 from picker.recommend.table import NOT_WORTH_IT, Scored, ScoredTable, ranked
+from picker.recommend.uncertainty import enabled
 from policies import ModelShape
 
 SHOWN = 3  # unlocks carried in a plan, best first
@@ -134,7 +135,8 @@ def unlocks(table: ScoredTable, shown: int = SHOWN) -> list[Unlock]:
     """Better options this deployment cannot run, best first, each with what would unlock it."""
     usable = ranked(table.rows)
     bar = max(usable[0].mean if usable and usable[0].mean >= NOT_WORTH_IT else 0.0, NOT_WORTH_IT)
-    blocked = [r for r in table.rows if not r.deployable and r.mean > bar]
+    # Only what the decision would deploy once runnable: its predicted low end clears the bar too.
+    blocked = [r for r in table.rows if not r.deployable and r.mean > bar and enabled(r, table.buckets)]
     # Per strategy: the best configuration the profile's engine runs once provided, then (if better
     # still) one that needs another engine; strategies ordered by the best either gives.
     groups: list[tuple[float, list[Unlock]]] = []
