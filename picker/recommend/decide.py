@@ -226,7 +226,7 @@ def _speculation_off(table: ScoredTable, usable: list[Scored], path: str, unsure
                      predicted_speedup_at_max_batch=1.0)
     if unsure is not None:
         u = unsure
-        why = (f"the best option ({u.chosen.plugin.name}, {u.chosen.config.label}) predicts {times(u.mean)} over "
+        why = (f"the best option ({_word(u.chosen)}, {u.chosen.config.label}) predicts {times(u.mean)} over "
                f"the workload, range {times(u.low)}-{times(u.high)}: the low end does not clear {times(ENABLE_LOW)} "
                "and no A/B gain measured at the deployment's concurrency is above 1.0x, so the evidence cannot "
                f"tell it from slower than plain decoding; to decide it, measure: `{u.measure}`")
@@ -234,7 +234,7 @@ def _speculation_off(table: ScoredTable, usable: list[Scored], path: str, unsure
                                          measure=u.measure))
     else:
         why = ("no strategy is deployable on this profile" if not usable else
-               f"the best option ({usable[0].plugin.name}, {usable[0].config.label}) predicts only "
+               f"the best option ({_word(usable[0])}, {usable[0].config.label}) predicts only "
                f"{times(usable[0].mean)}")
     decision = Decision(strategy="none", num_speculative_tokens=0, tree=None,
                         temperature_switch=TemperatureSwitch(above=None, action="none", reason=why),
@@ -354,6 +354,12 @@ def decide(table: ScoredTable, *, path: str = "") -> Decided:
     return Decided(rec, deployed, points)
 
 
+def _word(opt: Scored) -> str:
+    """A strategy in the plan's prose as practitioners call it: a separate model drafting is a "draft
+    model" (its plugin name, e.g. vanilla, stays in configs and JSON keys)."""
+    return "draft model" if opt.caps.needs_draft_model else opt.plugin.name
+
+
 def _rationale(table: ScoredTable, chosen: Scored, usable: list[Scored], deployed: Deployment, cost: StepCost,
                be: float) -> list[str]:
     batch, switch = table.typical_batch, deployed.switch
@@ -367,7 +373,7 @@ def _rationale(table: ScoredTable, chosen: Scored, usable: list[Scored], deploye
         priced = (f"the cost model's load curve, calibrated from {table.calibration}" if table.calibration
                   else "the cost model's load curve")
     out = [
-        f"{chosen.plugin.name} with {chosen.config.label} has the best token-weighted speedup over the "
+        f"{_word(chosen)} with {chosen.config.label} has the best token-weighted speedup over the "
         f"workload at full depth on every batch ({times(chosen.mean)}, range {times(chosen.low)}-{times(chosen.high)}; "
         f"the headline applies the batch schedule and the temperature switch).",
         f"At the typical batch of {batch} (the batch size carrying the most traffic), one step costs "
@@ -377,8 +383,7 @@ def _rationale(table: ScoredTable, chosen: Scored, usable: list[Scored], deploye
     ]
     runner = next((o for o in usable if o.plugin.name != chosen.plugin.name), None)
     if runner is not None:
-        name = "draft model" if runner.caps.needs_draft_model else runner.plugin.name  # practitioners' word
-        out.append(f"Runner-up: {name} ({runner.config.label}) at {times(runner.mean)}.")
+        out.append(f"Runner-up: {_word(runner)} ({runner.config.label}) at {times(runner.mean)}.")
     off = [r for r in deployed.ranges if r.num_speculative_tokens == 0]
     if off and not off[0].uncertain:
         out.append(f"From batch {off[0].min_batch} up, verification is no longer free enough: speculation off.")
