@@ -43,17 +43,21 @@ _EXPORTS: dict[str, str] = {
     # E[L] of a chain, and the forward-time curve an engine (optionally calibrated) runs on
     "expected_length_iid": "theory", "engine_curve": "loadcurve", "load_calibration": "calibration",
     "Calibration": "calibration", "calibration_for": "calibration",
+    # latency (TTFT, ITL, TPOT) from the same step costs
+    "Latency": "latency_model", "Share": "latency_model", "latency": "latency_model",
+    "pooled_latency": "latency_model", "prefill_seconds": "latency_model", "plain_step_seconds": "latency_model",
 }
 
 __all__ = [  # every key of _EXPORTS (tests/test_recommend_pipeline.py checks they agree)
-    "CPU_HELD_OUT_ERROR", "Calibration", "Candidate", "Config", "CostContext", "CostEvidence", "Evidence", "HELD_OUT_ERROR", "HELD_OUT_SHARE", "JEFFREYS",
-    "ModelShape", "OnlineParams", "Policy", "SpeedupEstimator", "StepCost", "base_range", "base_speedup",
+    "CPU_HELD_OUT_ERROR", "Calibration", "Candidate", "Config", "CostContext", "CostEvidence", "Evidence",
+    "HELD_OUT_ERROR", "HELD_OUT_SHARE", "JEFFREYS", "Latency",
+    "ModelShape", "OnlineParams", "Policy", "Share", "SpeedupEstimator", "StepCost", "base_range", "base_speedup",
     "beta_quantile", "beta_var", "break_even", "break_even_from_ratio", "calibration_for", "chain",
     "chain_evidence", "chain_length", "config_cost", "configs_for", "decayed_update", "eagle_layer_shape",
     "engine_curve", "estimate", "evidence_from_cell", "expected_length", "expected_length_iid", "feature_matrix",
-    "gate_next",
+    "gate_next", "latency",
     "live_step_points", "load_calibration", "load_policy", "load_priors", "medusa_heads_shape",
-    "solve_alpha", "speedup", "step_ratio", "tree_length",
+    "plain_step_seconds", "pooled_latency", "prefill_seconds", "solve_alpha", "speedup", "step_ratio", "tree_length",
 ]
 
 
@@ -93,6 +97,14 @@ if TYPE_CHECKING:  # the same names, for type checkers
     from policies.estimator import SpeedupEstimator
     from policies.encoding import feature_matrix
     from policies.evidence import Candidate, CostEvidence, Evidence
+    from policies.latency_model import (
+        Latency,
+        Share,
+        latency,
+        plain_step_seconds,
+        pooled_latency,
+        prefill_seconds,
+    )
     from policies.loadcurve import engine_curve
     from policies.online import (
         JEFFREYS,

@@ -217,9 +217,13 @@ def main() -> int:
                                                          logs / f"{cfg.replace(':', '-N')}.log",
                                                          threads=a.threads, slots=a.slots))
         speculates = {cfg: any(s["speculative"] for s in _get(f"{u}/slots")) for cfg, u in urls.items()}
-        for u in urls.values():  # the first completion of a fresh server pays its allocations: untimed
-            _post(f"{u}/completion", {"prompt": "def f(x):", "n_predict": 8, "temperature": 0.0})
         prompts = builtin_prompts(tasks, a.per_task * a.slots) if a.from_rounds is None else []
+        # A fresh server's first completions pay its allocations and first full-size prefill: one untimed
+        # wave per server shaped like the timed ones (the first round's prompts, T = 0), as the
+        # profiler's warm-up (picker.profiler.source.WARMUP); a short prompt left the first prefill slow.
+        first = [p for p in prompts if p.task == tasks[0]][:a.slots]
+        for u in urls.values():
+            wave(u, first, 0.0, a.max_new_tokens)
         k = 0
         for task in tasks:
             mine = [p for p in prompts if p.task == task]

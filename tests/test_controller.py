@@ -417,3 +417,35 @@ def test_serving_loop_on_the_zoo_survives_a_broken_drafter() -> None:
 def test_cells_cover_the_recommendation_grid() -> None:
     # decide.py's schedule points are 1, 2, 4, ..., 512: each range is a union of whole cells.
     assert [cell_of(b) for b in (1, 2, 3, 4, 5, 8, 9, 512, 513)] == [0, 1, 2, 2, 3, 3, 4, 9, 10]
+
+
+# ----- the p99 ITL budget on the reference loop's own step timings ---------------------------------
+
+@pytest.mark.parametrize("budget", [1e-6, 3600.0])
+@pytest.mark.skipif(not _engine_available(), reason=NO_ENGINE)
+def test_reference_loop_step_times_drive_the_itl_budget(budget: float) -> None:
+    """The reference loop's own step timings (ControlledDrafter times each step, draft to rollback):
+    a budget no step can meet switches speculation off after the first timed speculative step; a
+    budget every step meets never touches it. Outputs stay the target's greedy output either way."""
+    import torch
+
+    from picker.engine.loop import generate
+    from strategies.vanilla.drafter import DraftModelDrafter
+
+    torch.set_num_threads(1)
+    serving = _serving_example()
+    target, draft = serving.tiny_engine(eps=0.02)
+    reqs = serving.make_requests(3, target.vocab_size, max_new_tokens=24, tasks=("code",))
+    ctl = Controller(serving.demo_plan(n=3), itl_p99_budget=budget)
+    served = serving.serve(reqs, target, DraftModelDrafter(draft, num_draft_tokens=3), ctl, report_step_time=True)
+    for s in served:
+        assert s.generation.tokens == generate(target, s.request.prompt, None,
+                                               max_new_tokens=s.request.max_new_tokens).tokens
+    reasons = [r for s in served for r, n in s.decisions.items() for _ in range(n)]
+    estimate = ctl.step_estimate(1, 3)
+    assert estimate is not None and estimate > 0  # the live timings reached the Controller
+    if budget < 1.0:
+        assert served[0].decisions["speculate"] == 1  # the first step speculates, and is timed
+        assert sum(s.decisions["off_itl_budget"] for s in served) == len(reasons) - 1
+    else:
+        assert all(r == "speculate" for r in reasons)

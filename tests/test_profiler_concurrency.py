@@ -82,7 +82,7 @@ def test_levels_run_as_groups_each_against_its_own_plain_baseline(tmp_path: Path
         # Resuming the finished run measures nothing again, at either level.
         again = llama(spec.url, tmp_path, *args, "--resume")
         assert again.exit_code == 0, again.output
-        assert len(spec.peaks) == len(spec_peaks) + 1  # the one untimed warm-up request
+        assert len(spec.peaks) == len(spec_peaks)  # nor a warm-up: it goes out before a first timed wave
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["run"]["concurrency"] == [1, 4]
     cells = {c["concurrency"]: c for c in summary["cells"]}
@@ -156,7 +156,7 @@ def test_sglang_concurrency_levels_against_a_plain_server(tmp_path: Path) -> Non
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["run"]["source"]["plain_url"] == plain.url
     assert sorted(b["concurrency"] for b in summary["baselines"]) == [1, 4]
-    assert len(plain_texts) == 8  # four prompts at each level
+    assert len(plain_texts) == 1 + 8  # the untimed warm-up, then four prompts at each level
     assert {r.source for r in records_of(tmp_path) if r.cell.is_plain} == {"sglang-plain-server"}
     (curve,) = summary["load"]
     assert [c for c, _ in curve["gain"]] == [1, 4]

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import typer
+from typer.core import TyperGroup
 
 from picker.errors import UserError, UserErrors
 
@@ -45,6 +46,41 @@ def user_errors(fn: F) -> F:
             raise typer.Exit(code=UserError.exit_code) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+# click's error class, whichever click typer runs on (its own copy since typer 0.22, click before)
+_CLICK_ERROR = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+
+
+class OneLineUsageErrors(TyperGroup):
+    """The app's group: click's own usage errors (an unknown option, a malformed or missing value, an
+    unknown command) as one ``error:`` line and their exit code (2), like every other bad input,
+    instead of typer's usage-and-box block. ``--help`` and the help shown for no arguments are
+    untouched (click raises them as an exit, or as the usage error that typer prints as help)."""
+
+    def make_context(self, info_name: str | None, args: list[str], parent: Any = None, **extra: Any) -> Any:
+        with _OneLine():
+            return super().make_context(info_name, args, parent, **extra)
+
+    def invoke(self, ctx: Any) -> Any:  # a subcommand's own options are parsed in here
+        with _OneLine():
+            return super().invoke(ctx)
+
+
+class _OneLine:
+    """Print a click error as ``error: <command>: <message> (see <command> --help)``, exit with its code."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> bool:
+        if not isinstance(exc, _CLICK_ERROR) or type(exc).__name__ == "NoArgsIsHelpError":
+            return False
+        ctx = getattr(exc, "ctx", None)
+        where = f"{ctx.command_path}: " if ctx is not None else ""
+        hint = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+        typer.echo(f"error: {where}{' '.join(exc.format_message().split())}{hint}", err=True)
+        raise typer.Exit(getattr(exc, "exit_code", 2)) from None
 
 
 def write_output(text: str, out: Path | None) -> None:

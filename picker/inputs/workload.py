@@ -151,6 +151,8 @@ class SloSpec(Section):
     ttft_ms: Millis | None = Field(None, description="Time to first token target, milliseconds.")
     itl_p50_ms: Millis | None = Field(None, description="Median inter-token latency target, ms.")
     itl_p99_ms: Millis | None = Field(None, description="99th-percentile inter-token latency target, ms.")
+    tpot_ms: Millis | None = Field(None, description=(
+        "Mean time per output token target, ms: (e2e - TTFT) / (tokens - 1) of a request."))
 
     @model_validator(mode="after")
     def _ordered(self) -> SloSpec:
@@ -194,7 +196,7 @@ class ResolvedModelShape:
 
 # Defaults of whole sections, and why: listed when the profile leaves the section out.
 _SECTION_DEFAULTS = {
-    "slo": ("none", "no latency targets; give slo.itl_p99_ms, ttft_ms or itl_p50_ms to hold the plan to them"),
+    "slo": ("none", "no latency targets; give slo.itl_p99_ms, ttft_ms, itl_p50_ms or tpot_ms to hold the plan to them"),
     "drafters": ("none", "no draft model and no trained heads, so only strategies that need none can be "
                  "chosen; list what you have under drafters"),
 }

@@ -52,9 +52,9 @@ from picker.profiler.http import EndpointError, HttpClient
 from picker.profiler.latency import Timing, from_emissions
 from picker.profiler.prompt_format import PromptRenderer
 from picker.profiler.records import CellKey, Record
-from picker.profiler.source import DraftConfig, GenParams, dispatch, single_strategy
+from picker.profiler.source import WARMUP, DraftConfig, GenParams, dispatch, single_strategy
 from picker.profiler.streaming import llamacpp_stream
-from picker.profiler.vllm import GAP_S, WARMUP_PROMPT, Metrics, parse_prometheus
+from picker.profiler.vllm import GAP_S, Metrics, parse_prometheus
 from picker.tasks import Prompt
 
 ENGINE = "llama_cpp"  # the key strategies declare their llama.cpp name under (Capabilities.engines)
@@ -65,7 +65,6 @@ PER_POS = "llamacpp:spec_decode_num_accepted_tokens_per_pos_total"
 PREDICTED = "llamacpp:tokens_predicted_total"
 TYPES_KEY = "speculative.types"
 LLAMA_DEFAULT_SEED = 0xFFFFFFFF  # llama.cpp reads this seed as "pick one at random"
-WARMUP_BODY = {"prompt": WARMUP_PROMPT, "n_predict": 16, "temperature": 0.0, "seed": 0}
 
 
 def _count(obj: dict[str, Any], key: str, where: str, url: str) -> int:
@@ -159,6 +158,7 @@ class LlamaCppSource:
         self.depth = len(_per_position(self._scrape())) if self.metrics else 0
         self._baseline: Metrics | None = None  # counters when this run's first request went out
         self._streamed = 0  # tokens the speculative server's streams carried (report() sets them beside its counter)
+        self._warm = False  # the servers had their untimed request (source.WARMUP)
         self.plain_url = plain_url.rstrip("/") if plain_url else None
         self.plain = self.plain_url is not None
         self.gap_s = gap_s if self.plain_url else 0.0
@@ -167,10 +167,6 @@ class LlamaCppSource:
             if self.plain_props.get("endpoint_slots") and self._slots(self.plain_url)[0]:
                 raise EndpointError(f"{self.plain_url}/slots", "the plain server can speculate: start it "
                                                                "without --spec-type / -md")
-            # A fresh server's first completion is slow (allocations, caches): one untimed
-            # request per server before any timing, else the first cell pays for it.
-            for base in (self.url, self.plain_url):
-                self.client.post_json(f"{base}/completion", WARMUP_BODY)
 
     def _props(self, base: str) -> dict[str, Any]:
         url = f"{base}/props"
@@ -205,7 +201,7 @@ class LlamaCppSource:
                "speculative_types": self.types,
                "model_path": self.props.get("model_path"), "build_info": self.props.get("build_info"),
                "total_slots": self.props.get("total_slots"), "metrics": self.metrics,
-               "prompt_format": self.renderer.format}
+               "prompt_format": self.renderer.format, "warmup": WARMUP, "cache_prompt": False}
         if self.plain_url is not None:
             out.update(plain_url=self.plain_url, plain_model_path=self.plain_props.get("model_path"))
         return out
@@ -228,6 +224,11 @@ class LlamaCppSource:
         return [DraftConfig(strategy, depth)]
 
     def measure(self, cell: CellKey, prompts: Sequence[Prompt], params: GenParams) -> Iterator[Record]:
+        if not self._warm:
+            for base in (self.url, self.plain_url):
+                if base is not None:
+                    list(self.client.post_stream(f"{base}/completion", self._body(prompts[0], 0, [], 0.0, params)))
+            self._warm = True
         if self.metrics and self._baseline is None:
             self._baseline = self._scrape()
         time.sleep(self.gap_s)
@@ -253,12 +254,7 @@ class LlamaCppSource:
             # plain server kept up across configurations served repeated prompts from its cache while
             # each fresh speculative server paid the prefill: the wall gain of the draft model read
             # 0.41x where interleaved rounds read 0.54x, its decode gain agreeing at 0.51x / 0.47x).
-            body = {"prompt": self.renderer.payload(prompt, turn, history), "n_predict": params.max_new_tokens,
-                    "temperature": cell.temperature, "top_k": 0, "top_p": 1.0, "min_p": 0.0,
-                    "seed": request_seed(params.seed, prompt.id, turn), "timings_per_token": True,
-                    "cache_prompt": False}
-            if params.ignore_eos:
-                body["ignore_eos"] = True
+            body = self._body(prompt, turn, history, cell.temperature, params)
             sent = time.perf_counter()
             _, final, emissions = llamacpp_stream(self.client.post_stream(url, body), url=url)
             fields = parse_completion(final, url=url, speculative=bool(self.speculative), plain=plain)
@@ -282,6 +278,13 @@ class LlamaCppSource:
             wall_s=time.perf_counter() - start, source="llamacpp-plain-server" if plain else "llamacpp-timings",
             extra={"turns": turns, "prompt_format": self.renderer.format}, timings=tuple(timings),
         )
+
+    def _body(self, prompt: Prompt, turn: int, history: Sequence[str], temperature: float,
+              params: GenParams) -> dict[str, Any]:
+        body = {"prompt": self.renderer.payload(prompt, turn, history), "n_predict": params.max_new_tokens,
+                "temperature": temperature, "top_k": 0, "top_p": 1.0, "min_p": 0.0,
+                "seed": request_seed(params.seed, prompt.id, turn), "timings_per_token": True, "cache_prompt": False}
+        return {**body, "ignore_eos": True} if params.ignore_eos else body
 
     def report(self) -> dict[str, Any]:
         """The server's own ``/metrics`` counters, differenced over this run: a cross-check."""

@@ -32,7 +32,7 @@ from picker.profiler.http import EndpointError, HttpClient
 from picker.profiler.latency import Timing, from_emissions
 from picker.profiler.prompt_format import PromptRenderer
 from picker.profiler.records import CellKey, Record, positions_from_histogram
-from picker.profiler.source import DraftConfig, GenParams, dispatch, single_strategy
+from picker.profiler.source import WARMUP, DraftConfig, GenParams, dispatch, single_strategy
 from picker.profiler.streaming import sglang_stream
 from picker.tasks import Prompt
 
@@ -94,6 +94,7 @@ class SGLangSource:
         self.info = self._server_info()
         self.plain_url = plain_url.rstrip("/") if plain_url else None
         self.plain = self.plain_url is not None
+        self._warm = False  # the servers had their untimed request (source.WARMUP)
         if self.plain_url is not None:
             info = self.client.get_json(f"{self.plain_url}/get_server_info")
             if not isinstance(info, dict) or info.get("speculative_algorithm"):
@@ -147,7 +148,7 @@ class SGLangSource:
         keys = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
                 "speculative_num_draft_tokens", "model_path", "version")
         out = {"backend": "sglang", "url": self.url, **{k: self.info.get(k) for k in keys},
-               "prompt_format": self.renderer.format}
+               "prompt_format": self.renderer.format, "warmup": WARMUP}
         return {**out, "plain_url": self.plain_url} if self.plain_url else out
 
     def configs(self, strategies: Sequence[str], num_draft_tokens: Sequence[int]) -> list[DraftConfig]:
@@ -167,15 +168,23 @@ class SGLangSource:
         return [DraftConfig(strategy, steps if tree is None else tokens - 1, tree)]
 
     def measure(self, cell: CellKey, prompts: Sequence[Prompt], params: GenParams) -> Iterator[Record]:
+        if not self._warm:
+            for base in (self.url, self.plain_url):
+                if base is not None:
+                    list(self.client.post_stream(f"{base}/generate", self._body(prompts[0], 0, [], 0.0, params)))
+            self._warm = True
         if cell.is_plain:
             return dispatch(cell, prompts, params, lambda p: self._plain_one(cell, p, params))
         depth = int(self.info["speculative_num_steps"])
         return dispatch(cell, prompts, params, lambda p: self._one(cell, p, params, depth))
 
-    def _prompt(self, prompt: Prompt, turn: int, history: Sequence[str]) -> dict[str, Any]:
-        """``/generate``'s prompt field: ``text``, or ``input_ids`` for the chat template's ids."""
+    def _body(self, prompt: Prompt, turn: int, history: Sequence[str], temperature: float,
+              params: GenParams) -> dict[str, Any]:
+        """A streamed ``/generate`` body: ``text``, or ``input_ids`` for the chat template's ids."""
         sent = self.renderer.payload(prompt, turn, history)
-        return {"input_ids": sent} if isinstance(sent, list) else {"text": sent}
+        sampling = {"temperature": temperature, "max_new_tokens": params.max_new_tokens,
+                    **({"ignore_eos": True} if params.ignore_eos else {})}
+        return {"input_ids" if isinstance(sent, list) else "text": sent, "sampling_params": sampling}
 
     def _stream(self, url: str, body: dict[str, Any], timings: list[Timing]) -> dict[str, Any]:
         """One streamed ``/generate``: its final ``{"text", "meta_info"}``; its timing joins ``timings``."""
@@ -198,9 +207,7 @@ class SGLangSource:
         timings: list[Timing] = []
         start = time.perf_counter()
         for turn in range(len(prompt.turns)):
-            body = {**self._prompt(prompt, turn, history),
-                    "sampling_params": {"temperature": cell.temperature, "max_new_tokens": params.max_new_tokens,
-                                        **({"ignore_eos": True} if params.ignore_eos else {})}}
+            body = self._body(prompt, turn, history, cell.temperature, params)
             resp = self._stream(url, body, timings)
             meta = resp.get("meta_info") if isinstance(resp, dict) else None
             if not isinstance(resp, dict) or not isinstance(resp.get("text"), str) or not isinstance(meta, dict):
@@ -220,9 +227,7 @@ class SGLangSource:
         timings: list[Timing] = []
         start = time.perf_counter()
         for turn in range(len(prompt.turns)):
-            body = {**self._prompt(prompt, turn, history),
-                    "sampling_params": {"temperature": cell.temperature, "max_new_tokens": params.max_new_tokens,
-                                        **({"ignore_eos": True} if params.ignore_eos else {})}}
+            body = self._body(prompt, turn, history, cell.temperature, params)
             resp = self._stream(url, body, timings)
             if not isinstance(resp, dict) or not isinstance(resp.get("text"), str):
                 raise EndpointError(url, "response has no 'text' string")

@@ -32,6 +32,14 @@ from picker.tasks import Prompt
 
 T = TypeVar("T")
 
+# What every live source does before timing (its ``describe()["warmup"]``, so the run's metadata says it).
+# A fresh server's first requests are slow (allocations, caches, the first prefill of a long batch),
+# and measured on the real llama.cpp pair a short warm-up (a 9-token prompt, 8 tokens) did not cover
+# the first full-size prefill. So the warm-up has the timed requests' shape.
+WARMUP = ("one untimed request per server (the configuration's and plain's) before the run's first timed "
+          "wave: that wave's first prompt (first turn), its max_new_tokens and ignore_eos, T = 0, streamed like "
+          "the timed requests; in no figure, and before the counters the run differences are read")
+
 
 @dataclass(frozen=True)
 class GenParams:

@@ -37,7 +37,7 @@ from picker.profiler.http import EndpointError, HttpClient
 from picker.profiler.latency import Timing, from_emissions
 from picker.profiler.prompt_format import PromptRenderer
 from picker.profiler.records import CellKey, Record
-from picker.profiler.source import DraftConfig, GenParams, dispatch, single_strategy
+from picker.profiler.source import WARMUP, DraftConfig, GenParams, dispatch, single_strategy
 from picker.profiler.streaming import vllm_stream
 from picker.tasks import Prompt
 
@@ -51,7 +51,6 @@ CLOCKS = {"ttft": "vllm:time_to_first_token_seconds", "itl": "vllm:inter_token_l
 GENERATED = "vllm:generation_tokens_total"
 _LINE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{.*\})?\s+(\S+)")
 _LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
-WARMUP_PROMPT = "Warm-up: count from one to ten. One, two,"
 GAP_S = 1.5  # quiet seconds before each timed wave when two servers share the machine (see above)
 SETTLE_S = 5.0  # counters are updated by the engine loop just after a response; wait this long at most
 
@@ -101,12 +100,7 @@ class VLLMSource:
         self.plain_model = self._served_model(self.plain_url) if self.plain_url else None
         self._baseline: Metrics | None = None  # the speculative server's counters before the first wave
         self._client_timings: list[Timing] = []  # its requests' own clocks, for report()
-        # A fresh server's first requests are slow (graph capture, allocator, caches): one untimed
-        # completion per server before any timing, else the first wave of each cell pays for it.
-        for base, name in ((self.url, self.model), (self.plain_url, self.plain_model)):
-            if base is not None:  # streamed, as every timed request is
-                list(self.client.post_stream(f"{base}/v1/completions", {"model": name, "prompt": WARMUP_PROMPT,
-                                                                        "max_tokens": 16, "temperature": 0.0}))
+        self._warm = False  # the servers had their untimed request (source.WARMUP)
 
     def _served_model(self, base: str) -> str:
         url = f"{base}/v1/models"
@@ -134,7 +128,7 @@ class VLLMSource:
 
     def describe(self) -> dict[str, Any]:
         out = {"backend": "vllm", "url": self.url, "model": self.model, "num_speculative_tokens": self.depth,
-               "prompt_format": self.renderer.format}
+               "prompt_format": self.renderer.format, "warmup": WARMUP}
         return {**out, "plain_url": self.plain_url} if self.plain_url else out
 
     def configs(self, strategies: Sequence[str], num_draft_tokens: Sequence[int]) -> list[DraftConfig]:
@@ -149,6 +143,12 @@ class VLLMSource:
     def measure(self, cell: CellKey, prompts: Sequence[Prompt], params: GenParams) -> Iterator[Record]:
         """The runner's wave as one record: ``cell.concurrency`` requests in flight (closed loop) and
         the counters scraped around the whole wave."""
+        if not self._warm:
+            for base, model in ((self.url, self.model), (self.plain_url, self.plain_model)):
+                if base is not None:
+                    body = self._body(prompts[0], 0, [], 0.0, params, model or self.model)
+                    list(self.client.post_stream(f"{base}/v1/completions", body))
+            self._warm = True
         if self._baseline is None:
             self._baseline = self._scrape()
         time.sleep(self.gap_s)
@@ -207,11 +207,7 @@ class VLLMSource:
         for turn in range(len(prompt.turns)):
             # /v1/completions takes text or token ids: the template's ids are sent as they are.
             # Streamed with the running usage on every chunk: its increase is the chunk's tokens.
-            body = {"model": model or self.model, "prompt": self.renderer.payload(prompt, turn, history),
-                    "max_tokens": params.max_new_tokens, "temperature": cell.temperature, "seed": params.seed,
-                    "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
-            if params.ignore_eos:
-                body["ignore_eos"] = True
+            body = self._body(prompt, turn, history, cell.temperature, params, model or self.model)
             sent = time.perf_counter()
             text, usage, emissions = vllm_stream(self.client.post_stream(url, body), url=url)
             history.append(text)
@@ -222,6 +218,13 @@ class VLLMSource:
             self._client_timings += timings
         return Record(cell=cell, prompt_ids=(prompt.id,), tokens=tokens, forwards=0, timings=tuple(timings),
                       wall_s=time.perf_counter() - start, extra={"requests": len(prompt.turns)})
+
+    def _body(self, prompt: Prompt, turn: int, history: Sequence[str], temperature: float, params: GenParams,
+              model: str) -> dict[str, Any]:
+        body = {"model": model, "prompt": self.renderer.payload(prompt, turn, history),
+                "max_tokens": params.max_new_tokens, "temperature": temperature, "seed": params.seed,
+                "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+        return {**body, "ignore_eos": True} if params.ignore_eos else body
 
     def report(self) -> dict[str, Any]:
         """vLLM's own clocks over this run on the speculative server (histogram sums and counts), set

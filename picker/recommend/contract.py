@@ -147,6 +147,53 @@ class Evidence(_Model):
         "= the load curve with constants from the calibration file; 'modelled' = the shipped load curve"))
 
 
+class LatencyFigures(_Model):
+    """One request's predicted latency at one batch size, milliseconds (picker.recommend.latency)."""
+
+    ttft_ms: float = Field(description="time to first token at the profile's mean prompt length: the prompt's "
+                           "prefill forward, plus the drafter's own prefill where it keeps a KV cache; no queueing")
+    itl_ms_p50: float = Field(description="median inter-token gap: one step (a speculative step's accepted tokens "
+                              "arrive together, one gap), plus other requests' prefills where the median gap holds one")
+    itl_ms_p99: float = Field(description="99th-percentile gap: a step that accepts nothing still costs a whole "
+                              "draft + verify step, so about the full step time, plus the prefills a p99 gap holds")
+    tpot_ms_mean: float = Field(description="mean time per output token: (step + prefills per gap) / tokens per step")
+
+
+class RangeLatency(_Model):
+    """Predicted latency of plain decoding and of the plan in one batch range of the schedule."""
+
+    min_batch: int
+    max_batch: int | None = Field(description="inclusive; null = no upper bound")
+    at_batch: int = Field(description="the batch the figures are computed at: the one carrying most of the "
+                          "range's traffic, else the range's first batch on the grid")
+    plain: LatencyFigures
+    deployed: LatencyFigures = Field(description="the plan as deployed at that batch (the range's draft length, "
+                                     "off above its temperature switch), token-weighted over the task mix")
+    itl_p99_vs_plain: float = Field(description="deployed p99 ITL over plain's")
+    tpot_vs_plain: float = Field(description="deployed mean TPOT over plain's")
+
+
+class SloCheck(_Model):
+    """One latency target of the profile (``slo``), against plain decoding and the plan."""
+
+    slo: Literal["itl_p99_ms", "itl_p50_ms", "ttft_ms", "tpot_ms"]
+    target_ms: float
+    at_batch: int = Field(description="the workload batch where the plan comes closest to missing it (worst)")
+    plain_ms: float
+    deployed_ms: float
+    met_by_plain: bool
+    met_by_deployed: bool
+    message: str
+
+
+class PlanLatency(_Model):
+    """Predicted TTFT, ITL and TPOT per batch range (picker.recommend.latency), and the SLO checks."""
+
+    per_range: list[RangeLatency]
+    slo: list[SloCheck] = []
+    assumptions: list[str] = Field(description="what the figures average over and assume")
+
+
 # What every predicted speedup in a Recommendation averages over, stated once and carried in the
 # JSON (``speedup_scopes``), the markdown and ``--explain`` alike. Workload averages are token-
 # weighted (total plain time over total speculative time) over the profile's task mix, concurrency
@@ -283,3 +330,6 @@ class Recommendation(_Model):
     warnings: list[str] = []
     speedup_scopes: dict[str, str] = Field(default_factory=lambda: dict(SPEEDUP_SCOPES),
                                            description="what each predicted speedup averages over")
+    latency: PlanLatency | None = Field(None, description=(
+        "predicted TTFT, p50/p99 ITL and mean TPOT of plain decoding and of the plan per batch range, "
+        "from the same step costs as the speedups, and the profile's latency targets checked against them"))

@@ -34,6 +34,7 @@ from picker.recommend.contract import (
 )
 from picker.recommend.engine_configs import ENGINE_GREEDY, ScheduleEntry, build_engine_configs, runs_batch_schedule
 from picker.recommend.figures import fraction, rounded, times
+from picker.recommend.latency import itl_gate, plain_misses, plan_latency, slo_blocked, typical_itl
 from picker.recommend.measure import measure_command
 from picker.recommend.measured_load import MEASURED, AnchoredStepCost, cost_source
 from picker.recommend.schedule import Deployment, Point, batch_schedule, merge_schedule, temperature_switch
@@ -119,9 +120,9 @@ def greedy_gate_text(engine: str) -> str:
 
 
 def rollout(strategy: str, break_even: float, accept_length: float, itl_p99: float | None,
-            engine: str) -> list[RolloutStep]:
-    """The staged rollout on ``engine``; its canary gate follows the engine's greedy exactness."""
-    slo = f" and under the {itl_p99:g} ms SLO" if itl_p99 else ""
+            engine: str, itl: tuple[int, float, float] | None = None) -> list[RolloutStep]:
+    """The staged rollout on ``engine``; its canary gate follows the engine's greedy exactness, its
+    tail-latency gate the predicted p99 ITL ratio ``itl`` (batch, plain ms, deployed ms)."""
     top2 = "" if ENGINE_GREEDY[engine].identical else " with each token's top-2 log-probs"
     steps = [
         ("baseline", ("Run without speculation; record tokens/s, p50 and p99 inter-token latency per task, and "
@@ -135,7 +136,7 @@ def rollout(strategy: str, break_even: float, accept_length: float, itl_p99: flo
          "every task with real traffic; otherwise turn it off "
          "for that traffic or re-run `specpick recommend --measurements`"),
         ("watch tail latency", "Compare p99 inter-token latency with the baseline at the same load.",
-         f"p99 ITL within 5% of the baseline{slo}; a rejected step costs a whole verify"),
+         itl_gate(itl, itl_p99)),
         ("ramp", "Ramp 25% -> 50% -> 100%, keeping a one-flag rollback.",
          "each stage holds the alpha and p99 gates for a full traffic cycle (a day)"),
         ("keep measuring", "Re-profile when the traffic mix, temperature or batch size drifts.",
@@ -233,7 +234,7 @@ def _speculation_off(table: ScoredTable, usable: list[Scored], path: str, unsure
         row = row.model_copy(update=dict(predicted_speedup_range=(rounded(u.low), rounded(u.high)), uncertain=True,
                                          measure=u.measure))
     else:
-        why = ("no strategy is deployable on this profile" if not usable else
+        why = ((slo_blocked(table) or "no strategy is deployable on this profile") if not usable else
                f"the best option ({_word(usable[0])}, {usable[0].config.label}) predicts only "
                f"{times(usable[0].mean)}")
     decision = Decision(strategy="none", num_speculative_tokens=0, tree=None,
@@ -246,7 +247,7 @@ def _speculation_off(table: ScoredTable, usable: list[Scored], path: str, unsure
         alternatives=alternatives(table.rows), engine_configs={},
         rollout=[],  # nothing to roll out: an "off" plan has no enable step (what would change it is rendered)
         evidence=_evidence(table, None), rationale=[f"Leave speculation off: {why}."],
-        warnings=_profile_warnings(table)), None, ())
+        warnings=_profile_warnings(table) + plain_misses(table), latency=plan_latency(table, None)), None, ())
 
 
 def _schedulable(table: ScoredTable, chosen: Scored) -> bool:
@@ -347,10 +348,11 @@ def decide(table: ScoredTable, *, path: str = "") -> Decided:
         typical_batch=table.typical_batch, break_even_alpha=be, break_even_accept_length=rounded(cost.step_ratio),
         per_task=per_task_rows(table, deployed), alternatives=alternatives(table.rows),
         engine_configs=_engine_configs(table, chosen, schedule),
-        rollout=rollout(chosen.plugin.name, be, cost.step_ratio, profile.slo.itl_p99_ms, profile.engine.name),
+        rollout=rollout(chosen.plugin.name, be, cost.step_ratio, profile.slo.itl_p99_ms, profile.engine.name,
+                        typical_itl(table, deployed)),
         evidence=_evidence(table, chosen),
         rationale=_rationale(table, chosen, usable, deployed, cost, be),
-        warnings=warnings + _profile_warnings(table))
+        warnings=warnings + _profile_warnings(table) + plain_misses(table), latency=plan_latency(table, deployed))
     return Decided(rec, deployed, points)
 
 

@@ -22,6 +22,7 @@ from picker.recommend.contract import Recommendation
 from picker.recommend.explain import markdown as explain_markdown
 from picker.recommend import figures
 from picker.recommend.figures import fraction, headline, times
+from picker.recommend.latency import latency_markdown
 from picker.recommend.plan_inputs import default_lines, lines
 from picker.recommend.result import Result
 from picker.recommend.words import glossary, label, measure_next, shape_text, strategy_labels, title, unlock_text
@@ -181,6 +182,7 @@ def markdown(rec: Recommendation) -> str:
     out = [f"# {name}", "", *([about, ""] if about else []), *_inputs(rec)]
     off = rec.decision.strategy == "none"
     out += _decision_off(rec, labels) if off else _decision_on(rec, labels)
+    out += latency_markdown(rec)
     if rec.warnings:
         out += ["### Warnings", *[f"- {w}" for w in rec.warnings], ""]
     out += _per_task(rec, labels) + _alternatives(rec, labels)

@@ -27,6 +27,7 @@ from picker.inputs.workload import WorkloadProfile
 from picker.recommend.costs import CostSource, at_cost, cost, cost_notes, level_factor, measured_ratios, step_cost
 from picker.recommend.engine_configs import runs_batch_schedule
 from picker.recommend.evidence_index import EvidenceIndex, alpha, candidate, scorable
+from picker.recommend.latency import option_slo_notes
 from picker.recommend.measured_load import MEASURED, cost_source
 from picker.recommend.options import check_named_strategies, options_for
 from picker.recommend.table import (
@@ -105,17 +106,13 @@ def _predicted(index: EvidenceIndex, costs: CostSource, todo: list[tuple[Option,
 
 def _workload_row(profile: WorkloadProfile, index: EvidenceIndex, costs: CostSource, opt: Option,
                   bs: Sequence[Bucket], per: Pairs, batch: int) -> tuple[float, float, float, bool, tuple[str, ...]]:
-    """``opt``'s workload speedup (mean, low, high) and feasibility under the p99 ITL SLO."""
+    """``opt``'s workload speedup (mean, low, high) and feasibility under the profile's latency SLOs."""
     s = [(b.weight, per[opt, b.key]) for b in bs]
     feasible, notes = opt.feasible, opt.notes
-    slo = profile.slo.itl_p99_ms
-    if slo is not None:
-        # A step that accepts nothing emits one token: its whole time is one inter-token gap.
-        step_ms = 1e3 * max(c.draft_seconds + c.verify_seconds
-                            for c in (cost(index, costs, opt, b.batch, b.temperature > 0) for b in bs))
-        if step_ms > slo and feasible:
-            feasible = False
-            notes = (*notes, f"a rejected step takes {step_ms:.0f} ms > p99 ITL SLO {slo:g} ms")
+    if feasible:  # the profile's latency targets (picker.recommend.latency): broken ones make it infeasible
+        priced = [(b, cost(index, costs, opt, b.batch, b.temperature > 0), per[opt, b.key][0]) for b in bs]
+        broken = option_slo_notes(profile, costs.ctx, opt.caps.draft_cost, priced)
+        feasible, notes = not broken, (*notes, *broken)
     return (harmonic([(w, x[0]) for w, x in s]), harmonic([(w, x[1]) for w, x in s]),
             harmonic([(w, x[2]) for w, x in s]), feasible, notes)
 

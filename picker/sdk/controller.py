@@ -50,7 +50,15 @@ from bisect import bisect_left
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from picker.sdk.plan import NUM_CELLS, ControllerPlan, TreeSpec, cell_of, plan_from_profile, plan_from_recommendation
+from picker.sdk.plan import (
+    NUM_CELLS,
+    ControllerPlan,
+    TreeSpec,
+    cell_of,
+    cell_range,
+    plan_from_profile,
+    plan_from_recommendation,
+)
 from policies import (
     JEFFREYS,
     OnlineParams,
@@ -68,7 +76,7 @@ if TYPE_CHECKING:
     from picker.recommend.contract import Recommendation
 
 Reason = Literal["speculate", "probe", "off_batch_schedule", "off_temperature", "off_below_break_even",
-                 "off_no_strategy"]
+                 "off_no_strategy", "short_itl_budget", "off_itl_budget"]
 STATE_FORMAT = "specpicker.controller/1"
 SCALE_LIMITS = (0.25, 4.0)  # calibration may move the model's step cost this far, no further
 SCALE_STEP = 0.01  # re-derive a cell's break-even only when its cost scale moved by more than 1%
@@ -127,11 +135,26 @@ class Controller:
 
     Build it with :meth:`from_recommendation` or :meth:`from_profile`; ``params`` tunes the online
     rules (:class:`policies.online.OnlineParams`).
+
+    ``itl_p99_budget`` (seconds): a p99 inter-token latency budget. A speculative step's accepted
+    tokens arrive together, so every step is one gap and a step that accepts nothing still takes a
+    whole draft + verify: the p99 gap is about the step time, whatever α is. Once the live step time
+    of a batch cell is known (``observe`` with ``step_time``), ``choose`` drafts the longest N whose
+    estimated step fits the budget (reason ``short_itl_budget``), or none (``off_itl_budget``). The
+    estimate is the cell's plain step time (kept current by plain steps, so a cell switched off comes
+    back when the load eases) times a speculative step's measured cost over it per unit of the plan's
+    R(N), as of its latest timed speculative step, times R(N);
+    it is a mean step, so machine jitter beyond it is not covered.
     """
 
-    def __init__(self, plan: ControllerPlan, params: OnlineParams | None = None) -> None:
+    def __init__(self, plan: ControllerPlan, params: OnlineParams | None = None, *,
+                 itl_p99_budget: float | None = None) -> None:
+        if itl_p99_budget is not None and not itl_p99_budget > 0:
+            raise ValueError(f"itl_p99_budget must be > 0 seconds (got {itl_p99_budget!r})")
         self.plan = plan
         self.params = params or OnlineParams()
+        self.itl_p99_budget = itl_p99_budget
+        self._caps: tuple[int | None, ...] = (None,) * NUM_CELLS  # longest N within the budget; None: no cap
         self._lock = threading.Lock()
         self._buckets: dict[tuple[str | None, int], _Bucket] = {}
         self._off: dict[tuple[str | None, int], frozenset[int]] = {}  # copy-on-write, read lock-free
@@ -142,24 +165,28 @@ class Controller:
         self._plain_time: list[float | None] = [None] * NUM_CELLS  # EWMA seconds of a plain step
         self._spec_unit: list[float | None] = [None] * NUM_CELLS  # EWMA of spec step seconds / R_model
         self._scale_used = [1.0] * NUM_CELLS  # the cost scale each cell's α* was derived with
+        self._unit_ratio: list[float | None] = [None] * NUM_CELLS  # spec_unit / plain_time when last timed
         self._build_tables()
 
     # ----- construction --------------------------------------------------------------------------
     @classmethod
     def from_recommendation(cls, rec: Recommendation | dict[str, Any], params: OnlineParams | None = None,
-                            step_ratio: tuple[tuple[float, ...], ...] | None = None) -> Controller:
+                            step_ratio: tuple[tuple[float, ...], ...] | None = None, *,
+                            itl_p99_budget: float | None = None) -> Controller:
         """From a Recommendation or its JSON dict (break-even from its accept length unless ``step_ratio``)."""
-        return cls(plan_from_recommendation(rec, step_ratio), params)
+        return cls(plan_from_recommendation(rec, step_ratio), params, itl_p99_budget=itl_p99_budget)
 
     @classmethod
     def from_profile(cls, profile: WorkloadProfile | str | os.PathLike[str],
-                     measurements: Measurements | None = None, params: OnlineParams | None = None) -> Controller:
-        """Run ``recommend`` on a profile (object or YAML path) and cost every (N, batch) with its model."""
+                     measurements: Measurements | None = None, params: OnlineParams | None = None, *,
+                     itl_p99_budget: float | None = None) -> Controller:
+        """Run ``recommend`` on a profile (object or YAML path) and cost every (N, batch) with its model
+        (``itl_p99_budget``, seconds: e.g. the profile's ``slo.itl_p99_ms`` / 1000)."""
         if isinstance(profile, (str, os.PathLike)):
             from picker.inputs.workload import load_profile
 
             profile = load_profile(profile)
-        return cls(plan_from_profile(profile, measurements)[1], params)
+        return cls(plan_from_profile(profile, measurements)[1], params, itl_p99_budget=itl_p99_budget)
 
     def _build_tables(self) -> None:
         """Every SpecConfig ``choose`` can return, and the batch → config table, built once."""
@@ -184,6 +211,8 @@ class Controller:
             table.append(by_n[n])
         self._by_batch = tuple(table)  # index = batch size; the last entry stands for every larger batch
         self._probe = {n: config(min(n, self.params.probe_tokens), "probe") for n in by_n if n > 0}
+        self._short = {n: config(n, "short_itl_budget") for n in range(1, len(plan.step_ratio) + 1)}
+        self._off_budget = config(0, "off_itl_budget")
         self._cell_ns = tuple(plan.ns_in_cell(c) for c in range(NUM_CELLS))
         self._active_cells = tuple(c for c in range(NUM_CELLS) if self._cell_ns[c])
         self._set_alpha_star([self._break_even(c) for c in range(NUM_CELLS)])
@@ -207,12 +236,13 @@ class Controller:
             return cfg
         key = (task, bisect_left(self._edges, temperature))
         off = self._off.get(key)
-        if off is None:
-            return cfg
         cell = cell_of(batch_size)
-        if cell not in off:
+        if off is not None and cell in off:
+            cfg = self._choose_off(key, cell, cfg)
+        cap = self._caps[cell]  # the p99 ITL budget (one tuple read: lock-free)
+        if cap is None or cap >= cfg.num_speculative_tokens:
             return cfg
-        return self._choose_off(key, cell, cfg)
+        return self._short[cap] if cap else self._off_budget
 
     def _choose_off(self, key: tuple[str | None, int], cell: int, cfg: SpecConfig) -> SpecConfig:
         """An off bucket: count the decision (dwell and probe schedule) and maybe answer with a probe."""
@@ -365,11 +395,40 @@ class Controller:
             series, value = self._spec_unit, seconds / self.plan.step_ratio[n - 1][cell]
         old = series[cell]
         series[cell] = value if old is None else old + (1.0 - self._cal_gamma) * (value - old)
+        if n > 0 and self._plain_time[cell] is not None:  # the speculative cost, as of its latest timing
+            self._unit_ratio[cell] = series[cell] / self._plain_time[cell]  # type: ignore[operator]
+        if self.itl_p99_budget is not None:
+            self._set_cap(cell)
         scale = self._scale(cell)
         if self._cell_ns[cell] and abs(scale - self._scale_used[cell]) > SCALE_STEP * self._scale_used[cell]:
             self._scale_used[cell] = scale
             self._alpha_star[cell] = self._break_even(cell)
             self._set_alpha_star(self._alpha_star)
+
+    def step_estimate(self, batch_size: int, n: int) -> float | None:
+        """Seconds of a step drafting ``n`` at this batch, from the live timings (None before any
+        speculative step of its cell was timed): the cell's plain step times the speculative step's
+        measured cost over it per unit of the plan's R (as of its latest timing), times R(n)."""
+        cell = cell_of(batch_size)
+        unit, plain = self._spec_unit[cell], self._plain_time[cell]
+        ratio = self._unit_ratio[cell]
+        if unit is None or n <= 0:
+            return None
+        if plain is not None and ratio is not None:  # follows the load through plain steps
+            unit = plain * ratio
+        return unit * self.plan.step_ratio[min(n, len(self.plan.step_ratio)) - 1][cell]
+
+    def _set_cap(self, cell: int) -> None:
+        """The longest N whose estimated step fits the p99 ITL budget in ``cell`` (under the lock)."""
+        budget = self.itl_p99_budget
+        n_max = len(self.plan.step_ratio)
+        batch = cell_range(cell)[1] or cell_range(cell)[0]
+        if budget is None or n_max == 0 or self.step_estimate(batch, 1) is None:
+            return
+        cap = max((n for n in range(1, n_max + 1) if (self.step_estimate(batch, n) or 0.0) <= budget), default=0)
+        caps = list(self._caps)
+        caps[cell] = None if cap >= n_max else cap
+        self._caps = tuple(caps)  # one atomic store
 
     # ----- introspection and persistence ---------------------------------------------------------
     def break_even_alpha(self, batch_size: int) -> float:
@@ -382,7 +441,9 @@ class Controller:
             buckets = [{"task": t, "strategy": self.plan.strategy, "temperature_bucket": tb, **st.to_dict()}
                        for (t, tb), st in self._buckets.items()]
             return {"format": STATE_FORMAT, "plan": self.plan.to_dict(), "params": self.params.to_dict(),
+                    "itl_p99_budget": self.itl_p99_budget,
                     "calibration": {"plain_time": list(self._plain_time), "spec_unit": list(self._spec_unit),
+                                    "unit_ratio": list(self._unit_ratio),
                                     "scale_used": list(self._scale_used)},
                     "buckets": buckets}
 
@@ -391,9 +452,13 @@ class Controller:
         """Rebuild a Controller from :meth:`state` (after a JSON round trip too)."""
         if d.get("format") != STATE_FORMAT:
             raise ValueError(f"not a controller state ({d.get('format')!r}, expected {STATE_FORMAT!r})")
-        ctl = cls(ControllerPlan.from_dict(d["plan"]), OnlineParams.from_dict(d["params"]))
+        ctl = cls(ControllerPlan.from_dict(d["plan"]), OnlineParams.from_dict(d["params"]),
+                  itl_p99_budget=d.get("itl_p99_budget"))
         ctl._plain_time = list(d["calibration"]["plain_time"])
         ctl._spec_unit = list(d["calibration"]["spec_unit"])
+        ctl._unit_ratio = list(d["calibration"].get("unit_ratio", [None] * NUM_CELLS))
+        for cell in range(NUM_CELLS):
+            ctl._set_cap(cell)
         ctl._scale_used = [float(x) for x in d["calibration"]["scale_used"]]
         ctl._set_alpha_star([ctl._break_even(c) for c in range(NUM_CELLS)])
         off = {}

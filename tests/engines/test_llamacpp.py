@@ -18,6 +18,7 @@ with ``--metrics`` so its own counters can be set against the profiler's numbers
 from __future__ import annotations
 
 import json
+import statistics
 from collections.abc import Iterator
 from contextlib import contextmanager
 from itertools import pairwise
@@ -183,6 +184,12 @@ def test_plain_url_baseline_and_recommend_uses_llamacpps_step_cost(tmp_path: Pat
 # (The zoo's steps take about a millisecond, less than the server's HTTP thread takes to flush events:
 # consecutive steps can reach the client in one burst, so its ITL here is no engine figure; real models'
 # steps take tens of milliseconds.)
+# A first event read late moves time from the client's decode span into its TTFT and leaves e2e as it
+# was: seen once (an engineer's test suite beside it on the 2 cores), math at concurrency 4, client TTFT
+# 57.1 ms against prompt_ms 7.6 and decode 101.1 against predicted_ms 145.4 (means of 8 requests; one
+# request 131 ms), e2e 5.1 ms above prompt_ms + predicted_ms. So the decode bound holds for the cell's
+# median request, the split's error is bounded by the TTFT excess it went to, and the whole request
+# (e2e against prompt_ms + predicted_ms) within the TTFT bound: both clocks end at the same two events.
 DECODE_MS, DECODE_REL, TTFT_MS = 20.0, 0.05, 60.0
 
 
@@ -196,11 +203,18 @@ def test_streamed_latency_agrees_with_the_servers_own_clock(tmp_path: Path) -> N
     assert report["client_tokens"] == report["tokens_predicted"] == sum(c["tokens"] for c in summary["cells"])
     for r in records_of(tmp_path / "run"):
         assert sum(t.tokens for t in r.timings) == r.tokens and len(r.timings) == 1  # plain's too
+    decode_gaps: dict[tuple[str, int], list[float]] = {}  # client decode span - predicted_ms, per request
+    for r in records_of(tmp_path / "run"):
+        if not r.cell.is_plain:
+            decode_gaps.setdefault((r.cell.task, r.cell.concurrency), []).extend(
+                (t.e2e_s - t.ttft_s) * 1e3 - t.engine["predicted_ms"] for t in r.timings)
     for c in summary["cells"]:
         clock = c["engine_clock"]
         print(c["task"], c["concurrency"], json.dumps(clock))
         assert clock["requests"] == 8 and c["itl_ms_p99"] >= c["itl_ms_p50"] >= 0
         decode = clock["decode_ms_client_mean"] - clock["predicted_ms_engine_mean"]
         ttft = clock["ttft_ms_client_mean"] - clock["prompt_ms_engine_mean"]
-        assert abs(decode) <= DECODE_MS + DECODE_REL * clock["predicted_ms_engine_mean"], decode
-        assert -1.0 <= ttft <= TTFT_MS, ttft
+        median = statistics.median(decode_gaps[c["task"], c["concurrency"]])
+        assert abs(median) <= DECODE_MS + DECODE_REL * clock["predicted_ms_engine_mean"], median
+        assert decode <= DECODE_MS + DECODE_REL * clock["predicted_ms_engine_mean"], decode  # a late last event
+        assert -1.0 <= ttft <= TTFT_MS and -1.0 <= ttft + decode <= TTFT_MS, (ttft, decode)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import threading
 import time
 import urllib.request
@@ -29,8 +30,8 @@ from picker.engine.plugins import load_strategies
 from picker.inputs.measurements import load_measurements
 from picker.inputs.workload import load_profile
 from picker.profiler.run import records_of
-from picker.profiler.vllm import WARMUP_PROMPT
-from picker.profiler.vllm_server import Server
+from picker.profiler.source import WARMUP
+from picker.profiler.vllm_server import START_LIMIT_S, Server
 from picker.recommend.engine_configs import ScheduleEntry, build_engine_configs
 from picker.recommend.evidence_index import evidence, index_evidence
 from picker.tasks import builtin_prompts, render_turn
@@ -58,16 +59,17 @@ def zoo() -> Any:
 
 @pytest.fixture(scope="module")
 def servers(zoo: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Server]]:
-    """Plain, ngram and draft-model servers, all launched before any is waited on (each spends most
-    of its ~1 min start importing); all killed after the module."""
+    """Plain, ngram and draft-model servers, started one at a time (three starting at once on two
+    busy cores were not all up in 600 s: each start is mostly CPU-bound imports and warm-up, so they
+    only slowed each other), each given longer the busier the machine; all killed after the module."""
     work = tmp_path_factory.mktemp("vllm-servers")
     specs = {"plain": None, "ngram": NGRAM, "vanilla": _emitted("vanilla", 4, str(zoo.draft))}
     started: dict[str, Server] = {}
     try:
         for label, spec in specs.items():
-            started[label] = Server(engine_python("vllm"), zoo.target, spec, work / label)
-        for label, server in started.items():
-            print(f"{label}: up after {server.wait_up():.0f} s", flush=True)
+            started[label] = server = Server(engine_python("vllm"), zoo.target, spec, work / label)
+            busy = max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))  # runnable threads per core
+            print(f"{label}: up after {server.wait_up(START_LIMIT_S * busy):.0f} s (load x{busy:.1f})", flush=True)
         yield started
     finally:
         for server in started.values():
@@ -170,6 +172,11 @@ def _complete(base: str, body: dict[str, Any]) -> None:
         assert json.loads(resp.read())["usage"]["completion_tokens"] == body["max_tokens"]
 
 
+def summary_warmup(out: Path) -> str:
+    """What the run's metadata says it did before timing."""
+    return str(json.loads((out / "summary.json").read_text())["run"]["source"]["warmup"])
+
+
 def _sums(records: list[Any]) -> dict[str, int]:
     """A record's counters named as the server names them."""
     out = {f"{SPEC}drafts_total": sum(r.draft_steps or 0 for r in records),
@@ -192,8 +199,6 @@ def test_profile_under_load_matches_the_servers_counters_wave_by_wave(
         return {"model": model, "prompt": text, "max_tokens": tokens, "temperature": 0.0, "seed": 0,
                 "ignore_eos": True}
 
-    # The profiler's untimed warm-up also reaches the counters: what it costs, measured alone.
-    warm = _delta(spec, body(WARMUP_PROMPT, 16))
     before = _settled(spec)
     out = tmp_path / "run"
     result = CliRunner().invoke(app, [
@@ -206,20 +211,23 @@ def test_profile_under_load_matches_the_servers_counters_wave_by_wave(
     records = records_of(out)
     ours = [r for r in records if not r.cell.is_plain]
     assert len(ours) == sum(LOAD_PROMPTS // c for c in LOAD_LEVELS)  # one record per wave
-    # Whole run: the waves' counters plus the warm-up are all the server counted.
-    assert {k: v + warm.get(k, 0) for k, v in _sums(ours).items()} == total, (total, warm)
-    assert total[f"{SPEC}drafts_total"] > 0 and total[f"{SPEC}accepted_tokens_total"] > 0
-    # Wave by wave: each prompt again, alone, counted by the server. At T = 0 a sequence's drafts and
-    # acceptances do not depend on what it shared a batch with, so a wave's counters are the sum of
-    # its prompts' -- at concurrency 2 too, where a count landing in the wrong wave would show.
+    # Each prompt again, alone, counted by the server. At T = 0 a sequence's drafts and acceptances
+    # do not depend on what it shared a batch with, so a wave's counters are the sum of its prompts'
+    # -- at concurrency 2 too, where a count landing in the wrong wave would show.
     prompts = {p.id: p for p in builtin_prompts(["code"], LOAD_PROMPTS, 0)}
     alone = {pid: _delta(spec, body(render_turn(p, 0, []), LOAD_TOKENS)) for pid, p in prompts.items()}
+    # Whole run: the waves' counters plus the profiler's untimed warm-up are all the server counted;
+    # the warm-up (source.WARMUP) is the first wave's first prompt at T = 0, so it counts as that prompt alone.
+    waves = sorted(records, key=lambda r: r.extra["wave_t0"])
+    warm = alone[waves[0].prompt_ids[0]]
+    assert summary_warmup(out) == WARMUP
+    assert {k: v + warm.get(k, 0) for k, v in _sums(ours).items()} == total, (total, warm)
+    assert total[f"{SPEC}drafts_total"] > 0 and total[f"{SPEC}accepted_tokens_total"] > 0
     for r in ours:
         expect = {k: sum(alone[pid][k] for pid in r.prompt_ids) for k in _sums([r])}
         print(strategy, r.cell.concurrency, r.prompt_ids, _sums([r]))
         assert _sums([r]) == expect, (r.prompt_ids, r.cell.concurrency, expect)
     # Waves: C prompts each, forced length, spans in order and disjoint across levels and servers.
-    waves = sorted(records, key=lambda r: r.extra["wave_t0"])
     for r in waves:
         assert len(r.prompt_ids) == r.cell.concurrency and r.tokens == LOAD_TOKENS * r.cell.concurrency
         assert r.extra["t1"] > r.extra["wave_t0"]
@@ -253,15 +261,21 @@ def test_profile_under_load_matches_the_servers_counters_wave_by_wave(
 # The tolerance, and why. A streamed request's clock on the client and vLLM's histograms
 # (vllm:time_to_first_token_seconds, vllm:inter_token_latency_seconds, vllm:e2e_request_latency_seconds,
 # sum / count over the run) time the same events from two ends of one loopback connection:
-# - ITL: both sides observe one gap per engine output of a request (the client's chunk gaps, vLLM's
-#   per-iteration observation), so the counts must be equal and the means agree but for the flush
-#   of the first and last chunks: within 2% (measured here: 45.048 against 45.050 ms, 410 = 410 gaps).
+# - ITL gaps: vLLM observes one gap per engine output of a request; the client one per chunk. They are
+#   equal while the API server keeps up, and the client's can only be fewer: vLLM merges a request's
+#   streamed deltas when the engine gets ahead of the coroutine writing them
+#   (vllm/v1/engine/output_processor.py, RequestOutputCollector.put). Seen: 410 = 410 with a load
+#   average near 8; 405 of 410 near 4 and 407 of 410 near 10 (other engineers' tests beside it).
+#   Bound: at most 5% fewer.
+# - ITL time: gaps sum to the span from the first token to the last on both sides (merging moves no
+#   time), so the spans are compared, per request: they differ by how much later the last event is read
+#   than the first. Seen 0.2 ms (load 8), 4.5 ms of 199 (load 4), 7.3 of 458 (load 10); bound 2% + 10 ms.
 # - TTFT and e2e: the client's add, once per request, the HTTP request's trip in, what the API server
 #   does before vLLM stamps the arrival (parsing, tokenizing) and the SSE flush out: a constant, not a
-#   share. Measured here 7.5 ms (TTFT) and 7.3 ms (e2e) with a load average near 8 on 2 cores; the
-#   bound is 0 <= client - engine <= 25 ms + 5% of the engine's mean (three times what was seen, for
-#   a busier machine; the 5% for scheduling of the client's threads at concurrency 4).
-ITL_REL_TOL, FIXED_MS, REL = 0.02, 25.0, 0.05
+#   share. Measured here 7.5 ms (TTFT) and 7.3 ms (e2e) with a load average near 8 on 2 cores, 19.5 and
+#   15.0 near 4, 19.1 and 10.4 near 10; the bound is 0 <= client - engine <= 25 ms + 5% of the engine's mean (the 5% for
+#   scheduling of the client's threads at concurrency 4).
+ITL_REL_TOL, ITL_MS, MERGED, FIXED_MS, REL = 0.02, 10.0, 0.05, 25.0, 0.05
 
 
 def test_streamed_latency_agrees_with_vllms_own_clocks(servers: dict[str, Server], tmp_path: Path) -> None:
@@ -277,11 +291,14 @@ def test_streamed_latency_agrees_with_vllms_own_clocks(servers: dict[str, Server
     engine, client = report["engine_clock"], report["client_clock"]
     print(json.dumps(report, indent=1))
     # The streaming path counts exactly the tokens vLLM counted (vllm:generation_tokens_total), and
-    # exactly one gap per vLLM inter-token observation.
+    # one gap per vLLM inter-token observation but those vLLM merged (see above).
     assert report["client_tokens"] == report["generation_tokens"] == sum(
         c["tokens"] for c in summary["cells"])
-    assert client["itl_count"] == engine["itl_count"] and client["ttft_count"] == engine["ttft_count"] == 32
-    assert abs(client["itl_ms_mean"] - engine["itl_ms_mean"]) <= ITL_REL_TOL * engine["itl_ms_mean"]
+    assert client["ttft_count"] == engine["ttft_count"] == 32
+    assert 0 <= engine["itl_count"] - client["itl_count"] <= MERGED * engine["itl_count"], (client, engine)
+    span = {side: clock["itl_ms_mean"] * clock["itl_count"] / 32 for side, clock in (("client", client),
+                                                                                     ("engine", engine))}
+    assert abs(span["client"] - span["engine"]) <= ITL_REL_TOL * span["engine"] + ITL_MS, span
     for name in ("ttft", "e2e"):
         diff = client[f"{name}_ms_mean"] - engine[f"{name}_ms_mean"]
         assert -1.0 <= diff <= FIXED_MS + REL * engine[f"{name}_ms_mean"], (name, diff)
