@@ -82,11 +82,14 @@ def glossary(rec: Recommendation, *, tau: bool = False) -> list[tuple[str, str]]
     if tau:
         out.insert(2, ("τ (tau)", "measured tokens emitted per verify step (E[L] as measured)."))
     slo = rec.inputs.slo if rec.inputs is not None else None
-    if slo is not None and slo.ttft_ms is not None:
+    shown = rec.latency is not None  # the plan's latency table
+    if shown or (slo is not None and slo.ttft_ms is not None):
         out.append(("TTFT", "time to first token of a request."))
-    if slo is not None and (slo.itl_p50_ms is not None or slo.itl_p99_ms is not None):
+    if shown or (slo is not None and (slo.itl_p50_ms is not None or slo.itl_p99_ms is not None)):
         out.append(("ITL", "inter-token latency: the time between consecutive output tokens of one request "
                            "(p99: the 99th percentile)."))
+    if shown:
+        out.append(("TPOT", "time per output token: a request's decoding time over its output tokens."))
     return out
 
 
