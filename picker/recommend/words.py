@@ -54,7 +54,7 @@ def unlock_text(u: Unlock, engine: str, labels: Mapping[str, str]) -> str:
     """``u`` as one sentence: what it would give, where, and what to provide."""
     p = u.predicted_speedup
     where = f" on {engine}" if u.same_engine else ""
-    steps = [x if x.startswith(("switch ", "take ")) else f"provide {x}" for x in u.provide]
+    steps = [x if x.startswith(("switch ", "take ", "then ")) else f"provide {x}" for x in u.provide]
     return (f"{label(u.strategy, labels)} ({u.setting}) would give {times(p.mean)} (range {times(p.low)}–"
             f"{times(p.high)}){where}: {'; and '.join(steps)}.")
 
