@@ -276,7 +276,7 @@ def test_measured_below_one_at_four_is_off_there_though_the_model_says_on(tmp_pa
     assert on["break_even_alpha"] != next(r for r in model["decision"]["batch_schedule"]
                                           if r["min_batch"] == 1)["break_even_alpha"]
     md = runner.invoke(app, ["recommend", str(profile), "--measurements", str(summary)]).output
-    assert "| measured under load |" in md and "| model |" in md
+    assert "| measured under load |" in md and "| cost model |" in md
     explained = _recommend(str(profile), "--measurements", str(summary), "--explain")
     code = next(t for t in explained["explain"]["per_task"] if t["task"] == "code")
     ngram = next(c for c in code["candidates"] if c["strategy"] == "ngram")
@@ -286,7 +286,7 @@ def test_measured_below_one_at_four_is_off_there_though_the_model_says_on(tmp_pa
     from picker.cli.report import build_page
 
     page = build_page(profile, summary)
-    assert "<td>measured under load</td>" in page and "<td>model</td>" in page
+    assert "<td>measured under load</td>" in page and "<td>cost model</td>" in page
 
 
 def test_a_measured_curve_may_turn_speculation_on_at_a_larger_batch(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from picker.recommend.pipeline import recommend
 from picker.recommend.provenance_labels import with_provenance
 from picker.recommend.scoring import bucket_speedups, score
 from picker.recommend.table import Bucket
+from picker.recommend.unlock import unlocks
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILES = sorted((ROOT / "profiles").glob("*.yaml"))
@@ -61,7 +62,11 @@ def test_decide_reads_the_table_and_never_the_scoring_functions(path: Path, monk
             monkeypatch.setattr(module, name, refuse)
     # with_provenance labels the decision with what the measurements say (none here) and merges
     # citations; it reads the Recommendation only.
-    assert with_provenance(decide(table, path=str(path)).recommendation, profile, None) == expected
+    decided = with_provenance(decide(table, path=str(path)).recommendation, profile, None)
+    # The pipeline adds what the plan was asked and what would unlock more; the unlocks too are
+    # read off the table alone (the scoring functions refuse here).
+    assert decided == expected.model_copy(update={"inputs": None, "unlocks": []})
+    assert unlocks(table) == expected.unlocks
     for name in ("decide.py", "schedule.py"):  # ... and could not reach them by a name it imported
         modules = {m for m, _ in _imports(ROOT / "picker" / "recommend" / name)}
         assert not modules & {"picker.recommend.costs", "picker.recommend.evidence_index", "picker.recommend.scoring"}

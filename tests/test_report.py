@@ -6,6 +6,7 @@ import base64
 import json
 import shlex
 import struct
+from html import escape
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from picker.inputs.workload import load_profile
 from picker.recommend.pipeline import recommend
 from picker.recommend.report import SECTIONS, html_page
 from picker.recommend.series import crossover
+from picker.recommend.words import strategy_labels
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILES = sorted((ROOT / "profiles").glob("*.yaml"))
@@ -117,7 +119,25 @@ def test_every_shipped_profile_gives_a_self_contained_page(profile: Path) -> Non
     if rec["decision"]["strategy"] != "none":
         assert "plot-gain-batch" in ids
         assert check_configs(p, built.engine_configs) >= 1
-    assert f">{rec['decision']['strategy']}<" in page or rec["decision"]["strategy"] == "none"
+    shown = strategy_labels().get(rec["decision"]["strategy"], rec["decision"]["strategy"])
+    assert f"<code>{shown}</code>" in page or rec["decision"]["strategy"] == "none"
+
+
+def test_the_title_is_the_profiles_name_and_description(tmp_path: Path) -> None:
+    """The page is titled by what the profile calls itself, not by where its file lies: the name
+    (the file's stem when the profile gives none) in <title> and <h1>, the description under it."""
+    page = build_page(ROOT / "profiles" / "chat-70b-h100.yaml")
+    prof = load_profile(ROOT / "profiles" / "chat-70b-h100.yaml")
+    head = page.split('<section id="inputs">', 1)[0]
+    assert "<title>Speculative decoding plan: chat-70b-h100</title>" in head
+    assert "<h1>Speculative decoding plan: chat-70b-h100</h1>" in head
+    assert f"<p>{escape(' '.join(prof.description.split()))}</p>" in head
+    assert "<title>Speculative decoding plan: profiles/" not in page and "<h1>Speculative decoding plan: /" not in page
+    bare = tmp_path / "deep" / "folder" / "my-chat.yaml"
+    bare.parent.mkdir(parents=True)
+    bare.write_text("model: llama-3.1-8b-instruct\nhardware: H100\nengine: vllm\ntraffic: {task_mix: chat}\n")
+    page = build_page(bare)
+    assert "<title>Speculative decoding plan: my-chat</title>" in page and str(tmp_path) not in page.split("<main>")[0]
 
 
 def test_the_page_rests_on_the_same_decision_as_recommend() -> None:

@@ -110,8 +110,7 @@ def test_an_engine_shown_identical_keeps_the_identity_gate(monkeypatch: pytest.M
     assert "nats" in _canary("llama_cpp")  # the others keep theirs
 
 
-@pytest.mark.parametrize(("name", "engine"), [("creative-writing.yaml", "llama_cpp"),
-                                              ("code-assistant-8b-a100.yaml", "vllm")])
+@pytest.mark.parametrize(("name", "engine"), [("code-assistant-8b-a100.yaml", "vllm")])
 def test_the_plan_and_its_page_carry_the_engines_gate(name: str, engine: str) -> None:
     rec = recommend(load_profile(ROOT / "profiles" / name)).recommendation
     assert rec.engine == engine
@@ -121,3 +120,17 @@ def test_the_plan_and_its_page_carry_the_engines_gate(name: str, engine: str) ->
     assert ENGINE_GREEDY[engine].why in render(rec, "json")
     page = html_page(recommend(load_profile(ROOT / "profiles" / name)))
     assert html.escape(gate, quote=True) in page
+
+
+def test_an_off_plan_has_no_canary_to_gate() -> None:
+    """creative-writing (llama.cpp) leaves speculation off under the never-slower rule (as every
+    shipped llama.cpp profile does now): nothing is enabled, so its plan carries no rollout and no
+    gate, in the JSON, the markdown or the page. Where a llama.cpp plan enables speculation, its
+    canary gets the engine's near-tie gate."""
+    assert [s.gate for s in decide.rollout("ngram", 0.3, 1.4, None, "llama_cpp")
+            if s.name == "enable on a canary"] == [_canary("llama_cpp")]
+    result = recommend(load_profile(ROOT / "profiles" / "creative-writing.yaml"))
+    rec = result.recommendation
+    assert rec.decision.strategy == "none" and rec.rollout == []
+    gate = _canary("llama_cpp")
+    assert gate not in render(rec, "md") and html.escape(gate, quote=True) not in html_page(result)

@@ -214,9 +214,105 @@ SPEEDUP_SCOPES: dict[str, str] = {
 }
 
 
+# --------------------------------------------------------------------------- what the plan was asked
+# The plan's inputs as the loaded profile holds them (defaults applied and listed), so every rendering
+# opens with what it was asked: ``picker.recommend.plan_inputs`` fills these from the profile.
+
+class ModelInput(_Model):
+    name: str
+    params_b: float = Field(description="parameters, billions, as the profile gives them or its shape implies")
+    dtype: str
+    shape_from: str = Field(description="where the shape came from: the profile, a config.json, the catalog")
+
+
+class HardwareInput(_Model):
+    gpu: str = Field(description="the hardware catalog's name of the accelerator")
+    count: int
+    memory_gib: float = Field(description="memory of one accelerator, GiB")
+    note: str | None = Field(None, description="how a family name (e.g. H100) was resolved; null: named exactly")
+
+
+class EngineInput(_Model):
+    name: str
+    version: str
+    version_default: bool = Field(
+        False, description="the profile named no version: the one the configs are written for")
+
+
+class ConcurrencyInput(_Model):
+    min_batch: int
+    max_batch: int
+    weight: float
+
+
+class TemperatureInput(_Model):
+    value: float
+    weight: float
+
+
+class TrafficInput(_Model):
+    task_mix: dict[str, float]
+    concurrency: list[ConcurrencyInput]
+    temperature: list[TemperatureInput]
+    prompt_tokens: float = Field(description="mean prompt length, tokens")
+    output_tokens: float = Field(description="mean output length, tokens")
+
+
+class SloInput(_Model):
+    ttft_ms: float | None = None
+    itl_p50_ms: float | None = None
+    itl_p99_ms: float | None = None
+
+
+class EvidenceInput(_Model):
+    acceptance: Literal["prior", "measured", "mixed"] = Field(description=(
+        "where acceptance rates come from: published priors, the measurements file, or both"))
+    step_costs: Literal["measured", "calibrated", "modelled"]
+    measurements: str | None = Field(None, description="the measurements file; null: none given")
+    calibration: str | None = Field(None, description="the calibration file; null: none given")
+    policy: str | None = Field(None, description="the fitted policy artifact; null: none given")
+
+
+class DefaultUsed(_Model):
+    field: str = Field(description="dotted profile field the profile left out")
+    value: str = Field(description="what was used, as it would be written in the profile")
+    why: str
+
+
+class PlanInputs(_Model):
+    """What the plan was asked: the profile as loaded, every default it used, and the evidence files."""
+
+    name: str
+    description: str = ""
+    file: str = Field("", description="the profile file the plan was made from")
+    model: ModelInput
+    hardware: HardwareInput
+    engine: EngineInput
+    traffic: TrafficInput
+    slo: SloInput
+    drafters: list[str] = Field(description="what speculation may draw on (drafters section), as written")
+    disabled: list[str] = Field(default_factory=list, description="strategies the profile leaves out")
+    memory_headroom_gib: float
+    evidence: EvidenceInput
+    defaults_applied: list[DefaultUsed]
+
+
+class Unlock(_Model):
+    """A better option this deployment cannot run, what it would give, and what would make it runnable."""
+
+    strategy: str
+    setting: str
+    predicted_speedup: SpeedupRange = Field(description=(
+        "one configuration at full depth at every batch over the whole workload, as in alternatives"))
+    blocked_by: list[str] = Field(description="why it cannot run here (the alternatives' notes)")
+    provide: list[str] = Field(description="what would unlock it: the field to give, the artifact, the engine")
+    same_engine: bool = Field(description="runnable on the profile's engine once provided")
+
+
 class Recommendation(_Model):
     profile: str
     engine: str
+    inputs: PlanInputs | None = Field(None, description="what the plan was asked (null in plans made before it)")
     decision: Decision
     predicted_speedup: SpeedupRange
     typical_batch: int = Field(1, description="the batch size carrying the most traffic")
@@ -230,6 +326,8 @@ class Recommendation(_Model):
     rollout: list[RolloutStep]
     evidence: Evidence
     rationale: list[str]
+    unlocks: list[Unlock] = Field(default_factory=list, description=(
+        "better options this deployment cannot run, best first, each with what would unlock it"))
     warnings: list[str] = []
     speedup_scopes: dict[str, str] = Field(default_factory=lambda: dict(SPEEDUP_SCOPES),
                                            description="what each predicted speedup averages over")

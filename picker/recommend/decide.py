@@ -227,7 +227,7 @@ def _speculation_off(table: ScoredTable, usable: list[Scored], path: str, unsure
                      predicted_speedup_at_max_batch=1.0)
     if unsure is not None:
         u = unsure
-        why = (f"the best option ({u.chosen.plugin.name}, {u.chosen.config.label}) predicts {times(u.mean)} over "
+        why = (f"the best option ({_word(u.chosen)}, {u.chosen.config.label}) predicts {times(u.mean)} over "
                f"the workload, range {times(u.low)}-{times(u.high)}: the low end does not clear {times(ENABLE_LOW)} "
                "and no A/B gain measured at the deployment's concurrency is above 1.0x, so the evidence cannot "
                f"tell it from slower than plain decoding; to decide it, measure: `{u.measure}`")
@@ -235,7 +235,7 @@ def _speculation_off(table: ScoredTable, usable: list[Scored], path: str, unsure
                                      "measure": u.measure})
     else:
         why = ((slo_blocked(table) or "no strategy is deployable on this profile") if not usable else
-               f"the best option ({usable[0].plugin.name}, {usable[0].config.label}) predicts only "
+               f"the best option ({_word(usable[0])}, {usable[0].config.label}) predicts only "
                f"{times(usable[0].mean)}")
     decision = Decision(strategy="none", num_speculative_tokens=0, tree=None,
                         temperature_switch=TemperatureSwitch(above=None, action="none", reason=why),
@@ -245,7 +245,7 @@ def _speculation_off(table: ScoredTable, usable: list[Scored], path: str, unsure
         predicted_speedup=SpeedupRange(mean=1.0, low=1.0, high=1.0), typical_batch=table.typical_batch,
         break_even_alpha=1.0, break_even_accept_length=1.0, per_task=per_task_rows(table, None),
         alternatives=alternatives(table.rows), engine_configs={},
-        rollout=rollout("speculation", 1.0, 1.0, profile.slo.itl_p99_ms, profile.engine.name),
+        rollout=[],  # nothing to roll out: an "off" plan has no enable step (what would change it is rendered)
         evidence=_evidence(table, None), rationale=[f"Leave speculation off: {why}."],
         warnings=_profile_warnings(table) + plain_misses(table), latency=plan_latency(table, None)), None, ())
 
@@ -356,6 +356,12 @@ def decide(table: ScoredTable, *, path: str = "") -> Decided:
     return Decided(rec, deployed, points)
 
 
+def _word(opt: Scored) -> str:
+    """A strategy in the plan's prose as practitioners call it: a separate model drafting is a "draft
+    model" (its plugin name, e.g. vanilla, stays in configs and JSON keys)."""
+    return "draft model" if opt.caps.needs_draft_model else opt.plugin.name
+
+
 def _rationale(table: ScoredTable, chosen: Scored, usable: list[Scored], deployed: Deployment, cost: StepCost,
                be: float) -> list[str]:
     batch, switch = table.typical_batch, deployed.switch
@@ -366,18 +372,20 @@ def _rationale(table: ScoredTable, chosen: Scored, usable: list[Scored], deploye
                   + ("" if batch == cost.measured_at else f", carried to batch {batch} by the load curve")
                   + "; the draft/verify split the model's")
     else:
-        priced = f"load curve, calibrated from {table.calibration}" if table.calibration else "load curve model"
+        priced = (f"the cost model's load curve, calibrated from {table.calibration}" if table.calibration
+                  else "the cost model's load curve")
     out = [
-        f"{chosen.plugin.name} with {chosen.config.label} has the best token-weighted speedup over the "
+        f"{_word(chosen)} with {chosen.config.label} has the best token-weighted speedup over the "
         f"workload at full depth on every batch ({times(chosen.mean)}, range {times(chosen.low)}-{times(chosen.high)}; "
         f"the headline applies the batch schedule and the temperature switch).",
         f"At the typical batch of {batch} (the batch size carrying the most traffic), one step costs "
-        f"{fraction(cost.step_ratio)} plain forwards (draft c={cost.cost_ratio:.3f} per token, verify "
-        f"{cost.verify_ratio:.2f}x, {cost.bound}-bound; {priced}); it pays while alpha >= {fraction(be)}.",
+        f"{fraction(cost.step_ratio)} plain decoding steps: drafting {cost.cost_ratio:.3f} of a plain step per "
+        f"draft token, verifying {cost.verify_ratio:.2f} plain steps ({cost.bound}-bound; {priced}); "
+        f"it pays while alpha >= {fraction(be)}.",
     ]
     runner = next((o for o in usable if o.plugin.name != chosen.plugin.name), None)
     if runner is not None:
-        out.append(f"Runner-up: {runner.plugin.name} ({runner.config.label}) at {times(runner.mean)}.")
+        out.append(f"Runner-up: {_word(runner)} ({runner.config.label}) at {times(runner.mean)}.")
     off = [r for r in deployed.ranges if r.num_speculative_tokens == 0]
     if off and not off[0].uncertain:
         out.append(f"From batch {off[0].min_batch} up, verification is no longer free enough: speculation off.")

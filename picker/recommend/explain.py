@@ -14,6 +14,7 @@ draws the result's series: the deployed strategy against N and the deployment ag
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -50,7 +51,8 @@ def _evidence(table: ScoredTable, index: EvidenceIndex, costs: CostSource, row: 
                        "draft_share": rounded(ev.cost.draft_share), "verify_curve_points": len(ev.cost.verify)}
     else:
         out["cost"] = {"source": "roofline", "c": round(c.cost_ratio, 4), "v": rounded(c.verify_ratio),
-                       "bound": c.bound, "calibration": table.calibration}
+                       "bound": c.bound,
+                       "calibration": table.calibration}
     if b.key in row.corrections:
         out["learned_correction"] = rounded(row.corrections[b.key])
     if ev.citations:
@@ -79,33 +81,48 @@ def explain_rows(table: ScoredTable, index: EvidenceIndex, costs: CostSource,
 
 
 def _cost_text(cost: dict[str, Any]) -> str:
+    """Where a candidate's step cost comes from, in words (the JSON keeps the symbols)."""
     if cost["source"] == "measured under load":
         levels = cost["levels"]
-        return f"measured under load (R={cost['step_ratio']}, concurrency {levels[0]}-{levels[-1]})"
+        return (f"step cost measured under load: {fraction(cost['step_ratio'])} plain decoding steps "
+                f"(from concurrency {levels[0]}-{levels[-1]})")
     if cost["source"] == "measured":
-        return f"measured (d={cost['draft_unit']}, phi={cost['draft_share']})"
+        return (f"step cost measured: drafting {cost['draft_unit']:.3g} of a plain step per draft forward, "
+                f"{cost['draft_share']:.0%} of the output from steps that drafted")
     calibrated = f", calibrated from {cost['calibration']}" if cost.get("calibration") else ""
-    return f"roofline (c={cost['c']}, v={cost['v']}, {cost['bound']}{calibrated})"
+    return (f"step cost from the cost model{calibrated}: drafting {cost['c']:.3g} of a plain step per draft "
+            f"token, verifying {fraction(cost['v'])} plain steps ({cost['bound']}-bound)")
+
+
+def _setting(config: str) -> str:
+    """A configuration label (``N=3``, ``tree(depth=6, topk=2, tokens=12)``) in the plan's words."""
+    if not config.startswith("tree("):
+        return config
+    parts = dict(p.split("=") for p in config.removeprefix("tree(").removesuffix(")").split(", "))
+    return f"depth {parts['depth']}, top-k {parts['topk']}, {parts['tokens']} tokens"
 
 
 def markdown(rows: Sequence[dict[str, Any]], notes: Sequence[str]) -> str:
+    """The explanation as numbered candidates per task type, each line wrapped to 80 columns."""
+    from picker.recommend.words import strategy_labels
+
+    labels = strategy_labels()
     lines = ["", "## Explain: best configuration of each strategy, per task type", ""]
     lines += [f"> {n}" for n in notes] + ([""] if notes else [])
     for row in rows:
-        lines += [f"### {row['task']}", "",
-                  "| strategy | config | predicted | range | alpha (source) | cost | correction |",
-                  "|---|---|---|---|---|---|---|"]
-        for c in row["candidates"]:
+        lines += [f"### {row['task']}", ""]
+        for i, c in enumerate(row["candidates"], 1):
             e, p = c["evidence"], c["predicted_speedup"]
-            cost = e["cost"]
-            cost_txt = _cost_text(cost)
-            sib = ("; siblings " + "/".join(f"{x:.2f}" for x in e["sibling_accept"][:3])
+            lo, hi = e["alpha_range"]
+            sib = ("; sibling acceptance " + "/".join(f"{x:.2f}" for x in e["sibling_accept"][:3])
                    if "sibling_accept" in e else "")
-            lines.append(f"| {c['strategy']} | {c['config']} | {times(p['mean'])} | "
-                         f"{fraction(p['low'])}-{times(p['high'])} | "
-                         f"{e['alpha']} [{e['alpha_range'][0]}, {e['alpha_range'][1]}] ({e['source']}{sib}) | "
-                         f"{cost_txt} | "
-                         f"{e.get('learned_correction', '-')} |")
+            corr = (f"; learned correction x{e['learned_correction']}" if "learned_correction" in e else "")
+            head = (f"{i}. {labels.get(c['strategy'], c['strategy'])}, {_setting(c['config'])}: {times(p['mean'])} "
+                    f"(range {times(p['low'])}–{times(p['high'])})")
+            body = (f"α {fraction(e['alpha'])} ({fraction(lo)}–{fraction(hi)}, {e['source']}{sib}); "
+                    f"{_cost_text(e['cost'])}{corr}.")
+            lines += [*textwrap.wrap(head, 80, subsequent_indent="   ", break_on_hyphens=False),
+                      *textwrap.wrap(body, 80, initial_indent="   ", subsequent_indent="   ", break_on_hyphens=False)]
         lines.append("")
     return "\n".join(lines) + "\n"
 
@@ -122,10 +139,13 @@ def plot(path: Path, result: Result) -> bool:
         import matplotlib.pyplot as plt
     except ImportError:
         return False
+    from picker.recommend.words import relabel, strategy_labels
+
+    labels = strategy_labels()
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for ax, series, log_x in ((axes[0], result.gain_n[:1], False), (axes[1], result.gain_batch, True)):
         for s in series:
-            ax.plot(s.x, s.mean, marker="o", label=s.label)
+            ax.plot(s.x, s.mean, marker="o", label=relabel(s.label, labels))
             ax.fill_between(s.x, s.low, s.high, alpha=0.2)
         ax.axhline(1.0, color="grey", lw=0.8)
         if log_x:

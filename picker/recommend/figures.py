@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from picker.recommend.contract import BatchRange, Recommendation
+from picker.recommend.contract import BatchRange, Decision, Recommendation
 from picker.recommend.uncertainty import ENABLE_LOW
 
 DIGITS = 3
@@ -69,34 +69,76 @@ def _draft_tokens(r: BatchRange) -> str:
 def _speedup(r: BatchRange) -> str:
     span = times(r.predicted_speedup) if r.predicted_speedup == r.predicted_speedup_at_max_batch else \
         f"{times(r.predicted_speedup)} → {times(r.predicted_speedup_at_max_batch)}"
-    if r.uncertain and r.predicted_speedup_range is not None:
-        lo, hi = r.predicted_speedup_range
-        what = "off: measure it (Why)" if not r.num_speculative_tokens else "above the concurrency to keep"
-        span += f" (uncertain: {times(lo)}–{times(hi)} does not clear {times(ENABLE_LOW)}; {what})"
     return span
 
 
 def _break_even(r: BatchRange) -> str:
     if r.break_even_alpha is None:
         return "—"
-    return f"{fraction(r.break_even_alpha)} (at batch {r.break_even_at_batch})"
+    return f"{fraction(r.break_even_alpha)} (batch {r.break_even_at_batch})"
 
 
 def _step_cost(r: BatchRange) -> str:
-    return "measured under load" if r.step_cost == "measured" else "model"
+    return "measured under load" if r.step_cost == "measured" else "cost model"
 
 
-# (header, cell) for every column of the batch schedule, in order.
+# (header, cell) for every column of the batch schedule, in order. Headers stay short so the table
+# fits 80 columns; SCHEDULE_NOTE, printed under it, says what each column holds.
 SCHEDULE_COLUMNS: tuple[tuple[str, Callable[[BatchRange], str]], ...] = (
     ("batch size", _batches),
     ("draft tokens", _draft_tokens),
-    ("predicted speedup at that batch (first → last batch of the range on the grid; task mix, temperatures)",
-     _speedup),
+    ("speedup", _speedup),
     ("break-even α", _break_even),
     ("step cost", _step_cost),
 )
+SCHEDULE_NOTE = ("speedup: the predicted speedup at that batch over the task mix and temperatures, at the "
+                 "range's first → last batch on the grid (1, 2, 4, ..., 512); break-even α: at the batch named. "
+                 "step cost: where the step's time comes from (the cost model, or measured under load).")
+
+
+def _uncertain(rec: Recommendation) -> list[BatchRange]:
+    return [r for r in rec.decision.batch_schedule if r.uncertain and r.predicted_speedup_range is not None]
 
 
 def schedule_rows(rec: Recommendation) -> list[list[str]]:
-    """The batch schedule as text cells, one list per range, in :data:`SCHEDULE_COLUMNS` order."""
-    return [[cell(r) for _, cell in SCHEDULE_COLUMNS] for r in rec.decision.batch_schedule]
+    """The batch schedule as text cells, one list per range, in :data:`SCHEDULE_COLUMNS` order; an
+    uncertain range's speedup carries the number of its note (:func:`schedule_notes`)."""
+    marks = {id(r): i for i, r in enumerate(_uncertain(rec), 1)}
+    rows = []
+    for r in rec.decision.batch_schedule:
+        cells = [cell(r) for _, cell in SCHEDULE_COLUMNS]
+        if id(r) in marks:
+            cells[2] += f" ({marks[id(r)]})"
+        rows.append(cells)
+    return rows
+
+
+def measure_command(r: BatchRange) -> str | None:
+    """The ``specpick profile`` command that would decide an uncertain range (``BatchRange.measure``)."""
+    return r.measure
+
+
+def schedule_footnotes(rec: Recommendation) -> list[str]:
+    """What goes under the schedule table: the uncertain ranges' notes, then what the columns hold."""
+    return [*schedule_notes(rec), SCHEDULE_NOTE]
+
+
+def max_concurrency(d: Decision) -> int | None:
+    """Where the engine runs one setting at every batch: the concurrency to keep the server at or
+    below (``Decision.max_concurrency``; None: no cap)."""
+    return d.max_concurrency
+
+
+def schedule_notes(rec: Recommendation) -> list[str]:
+    """One note per uncertain range, numbered as :func:`schedule_rows` marks them, with the
+    command that would decide it where the decision names one."""
+    out = []
+    for i, r in enumerate(_uncertain(rec), 1):
+        lo, hi = r.predicted_speedup_range or (0.0, 0.0)
+        cmd = measure_command(r)
+        what = "so speculation is off there" if not r.num_speculative_tokens else \
+            "so this range lies above the concurrency to keep"
+        how = f": `{cmd}`" if cmd else " before relying on it"
+        out.append(f"({i}) uncertain: the predicted range {times(lo)}–{times(hi)} does not clear "
+                   f"{times(ENABLE_LOW)}, {what}; to decide it, measure at batch {r.min_batch}{how}.")
+    return out

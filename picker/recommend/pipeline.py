@@ -10,7 +10,7 @@ table → decision → one :class:`~picker.recommend.result.Result` every render
 check, the verify curve beside them, a calibration file, a policy artifact and whether its domain
 covers the deployment) once, for ``specpick recommend`` and ``specpick report`` alike;
 :func:`recommend` is the one place a Recommendation is built. The SDK plan and the regret evaluation
-(``docs/policy.md``) call it too (the evaluation with its own options and engine curve).
+call it too (with its own options and engine curve).
 """
 
 from __future__ import annotations
@@ -22,16 +22,19 @@ from typing import TYPE_CHECKING, Any
 
 from picker.inputs.measurements import Measurements
 from picker.inputs.workload import WorkloadProfile
+from picker.recommend.contract import PlanInputs, Recommendation
 from picker.recommend.costs import CostSource, choose_costs, step_cost
 from picker.recommend.decide import decide
 from picker.recommend.evidence_index import EvidenceIndex, index_evidence
 from picker.recommend.explain import explain_rows
+from picker.recommend.plan_inputs import plan_inputs
 from picker.recommend.provenance_labels import with_provenance
 from picker.recommend.result import Result
 from picker.recommend.schedule import Deployment
 from picker.recommend.scoring import score
 from picker.recommend.series import alpha_points, gain_by_batch, gain_by_n, measured_cells
 from picker.recommend.table import CONTROLLER_BATCHES, Option, ScoredTable, cut_to_depth
+from picker.recommend.unlock import unlocks
 
 if TYPE_CHECKING:  # numpy-free at run time: policies.calibration imports numpy
     from policies import Calibration
@@ -49,6 +52,15 @@ class Inputs:
     policy: Any = None  # a fitted estimator whose domain covers the deployment, else None
     measured_costs: bool | None = None  # as the policy's training rows were built, where one applies
     notes: tuple[str, ...] = ()
+    files: EvidenceFiles | None = None
+
+
+@dataclass(frozen=True)
+class EvidenceFiles:
+    """The files behind a plan's evidence, as the command named them (the plan's inputs list them)."""
+
+    measurements: str | None = None
+    policy: str | None = None
 
 
 def load_inputs(profile: Path, measurements: Path | None = None, *, policy: Path | None = None,
@@ -85,14 +97,16 @@ def load_inputs(profile: Path, measurements: Path | None = None, *, policy: Path
         else:
             notes.append(f"learned correction NOT applied: {why}; the analytic model scores every option")
     curve = verify_curve_beside(measurements)
-    return Inputs(prof, str(profile), meas, tuple(curve) if curve else None, cal, est, measured_costs, tuple(notes))
+    files = EvidenceFiles(str(measurements) if measurements else None, str(policy) if policy else None)
+    return Inputs(prof, str(profile), meas, tuple(curve) if curve else None, cal, est, measured_costs, tuple(notes),
+                  files)
 
 
 def recommend(profile: WorkloadProfile, measurements: Measurements | None = None, *, path: str = "",
               policy: Any = None, calibration: Calibration | None = None,
               verify_curve: Sequence[tuple[float, float]] | None = None, measured_costs: bool | None = None,
               options: Sequence[Option] | None = None, engine: str | None = None,
-              notes: Sequence[str] = ()) -> Result:
+              notes: Sequence[str] = (), files: EvidenceFiles | None = None) -> Result:
     """The :class:`~picker.recommend.result.Result` for ``profile``: scored, decided, explained.
 
     ``policy`` is a fitted ``policies.SpeedupEstimator`` (``load_inputs`` checks its domain); without
@@ -101,13 +115,16 @@ def recommend(profile: WorkloadProfile, measurements: Measurements | None = None
     ``verify_curve`` shapes measured verify costs; ``calibration`` replaces load-curve constants
     (``policies.calibration_for``). ``options`` replaces the profile's own (``options.options_for``)
     and ``engine`` the load curve's engine: the regret evaluation scores exactly the configurations a
-    sweep measured, priced on the reference loop's curve.
+    sweep measured, priced on the reference loop's curve. ``files`` names the measurements and
+    policy files in the plan's inputs block (``load_inputs`` records them).
     """
     index = index_evidence(profile, measurements, measured_costs=measured_costs, verify_curve=verify_curve)
     costs = choose_costs(profile, index, measurements, calibration, engine)
     table = score(profile, index, costs, options, policy=policy, path=path)
     decided = decide(table, path=path)
     rec = with_provenance(decided.recommendation, profile, measurements)
+    rec = rec.model_copy(update={"inputs": _asked(profile, path, rec, files or EvidenceFiles()),
+                                 "unlocks": unlocks(table)})
     return Result(
         recommendation=rec, table=table, deployment=decided.deployment, batch_points=decided.points,
         explain=explain_rows(table, index, costs), gain_n=gain_by_n(table, decided.deployment),
@@ -117,11 +134,17 @@ def recommend(profile: WorkloadProfile, measurements: Measurements | None = None
         notes=(*notes, *table.cost_notes))
 
 
+def _asked(profile: WorkloadProfile, path: str, rec: Recommendation, files: EvidenceFiles) -> PlanInputs:
+    ev = rec.evidence
+    return plan_inputs(profile, file=path, acceptance=ev.source, step_costs=ev.cost_source,
+                       measurements=files.measurements, calibration=ev.calibration, policy=files.policy)
+
+
 def recommend_inputs(inputs: Inputs) -> Result:
     """:func:`recommend` on what :func:`load_inputs` read."""
     return recommend(inputs.profile, inputs.measurements, path=inputs.path, policy=inputs.policy,
                      calibration=inputs.calibration, verify_curve=inputs.verify_curve,
-                     measured_costs=inputs.measured_costs, notes=inputs.notes)
+                     measured_costs=inputs.measured_costs, notes=inputs.notes, files=inputs.files)
 
 
 def _controller_costs(table: ScoredTable, index: EvidenceIndex, costs: CostSource,

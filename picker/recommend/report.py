@@ -15,6 +15,7 @@ fetched.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 from html import escape
@@ -22,12 +23,32 @@ from typing import Any
 
 from picker.recommend import report_plots as plots
 from picker.recommend.contract import Recommendation
-from picker.recommend.figures import SCHEDULE_COLUMNS, fraction, headline, schedule_rows, times
+from picker.recommend.figures import (
+    SCHEDULE_COLUMNS,
+    fraction,
+    headline,
+    max_concurrency,
+    schedule_footnotes,
+    schedule_rows,
+    times,
+)
+from picker.recommend.plan_inputs import default_lines, lines
 from picker.recommend.result import Result
 from picker.recommend.series import crossover
+from picker.recommend.words import (
+    glossary,
+    label,
+    measure_next,
+    plural,
+    relabel,
+    shape_text,
+    strategy_labels,
+    title,
+    unlock_text,
+)
 
-SECTIONS = ("decision", "rollout", "per-task", "alpha", "gain", "schedule", "measured", "alternatives",
-            "engine-configs", "evidence")
+SECTIONS = ("inputs", "decision", "rollout", "per-task", "alpha", "gain", "schedule", "measured", "alternatives",
+            "engine-configs", "evidence", "glossary")
 
 CSS = """
 body{font:15px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;color:#1d2430;background:#f6f7f9}
@@ -117,41 +138,67 @@ def config_blocks(name: str, cfg: dict[str, Any]) -> list[tuple[str, str, str]]:
     return out
 
 
-def _decision(rec: Recommendation) -> str:
+def _inputs(rec: Recommendation) -> str:
+    asked = rec.inputs
+    if asked is None:
+        return "<p class=\"muted\">This plan does not record its inputs.</p>"
+    rows = ([["Profile", _e(asked.file)]] if asked.file else []) + [[_e(k), _e(v)] for k, v in lines(asked)]
+    used = default_lines(asked)
+    defaults = ("<h3>Defaults used</h3><p class=\"muted\">The profile left these out "
+                "(<code>specpick check</code> lists them).</p><ul>" + "".join(f"<li>{_e(x)}</li>" for x in used)
+                + "</ul>") if used else ""
+    return _table(["input", "value"], rows) + defaults
+
+
+def _items(texts: list[str]) -> str:
+    return "<ul>" + "".join(f"<li>{_code(t)}</li>" for t in texts) + "</ul>"
+
+
+def _decision(rec: Recommendation, labels: dict[str, str]) -> str:
     d, ev = rec.decision, rec.evidence
+    unlock = [unlock_text(u, rec.engine, labels) for u in rec.unlocks]
     if d.strategy == "none":
         head = "<p class=\"big\">Leave speculative decoding off</p>"
     else:
-        t, h = d.tree, headline(rec)
-        shape = (f"tree depth {t.depth}, top-k {t.topk}, {t.num_draft_tokens} draft tokens" if t
-                 else f"{d.num_speculative_tokens} draft tokens per step")
-        head = (f'<p class="big">Enable <code>{_e(d.strategy)}</code> ({_e(shape)}) on {_e(rec.engine)}</p>'
+        h = headline(rec)
+        head = (f'<p class="big">Enable <code>{_e(label(d.strategy, labels))}</code> ({_e(shape_text(d))}) '
+                f'on {_e(rec.engine)}</p>'
                 f'<p>Predicted speedup <b>{_e(h.speedup)}</b> (range {_e(h.low)}–{_e(h.high)}), '
                 f'evidence {_badge(ev.source, ev.measured_on)}. Break-even at the typical batch of {h.typical_batch}: '
                 f'α ≥ <b>{_e(h.break_even_alpha)}</b> (≥ {_e(h.accept_length)} tokens per verify step, '
                 'bonus included).</p>')
         sw = d.temperature_switch
-        when = f"off above T = {sw.above:g}" if sw.above is not None else "none"
-        head += (f"<p>Temperature switch: {_e(when)}"
+        switch = "off above T = " + format(sw.above, "g") if sw.above is not None else "none"
+        head += (f"<p>Temperature switch: {_e(switch)}"
                  f" — {_e(sw.reason)}.</p>")
+        cap = max_concurrency(d)
+        if cap is not None:
+            head += (f"<p>Concurrency: keep the server at or below {cap} sequences ({_e(rec.engine)} drafts the "
+                     "same setting at every batch size).</p>")
     why = "".join(f"<li>{_e(r)}</li>" for r in rec.rationale)
+    if unlock and d.strategy != "none":
+        why += f"<li>Better once unlocked: {_e(unlock[0])}{_items(unlock[1:]) if unlock[1:] else ''}</li>"
     warns = "".join(f'<div class="warn">{_e(w)}</div>' for w in rec.warnings)
-    return f"{head}<ul>{why}</ul>{warns}"
+    return f"{head}<h3>Why</h3><ul>{why}</ul>{warns}"
 
 
-def _rollout(rec: Recommendation) -> str:
+def _rollout(rec: Recommendation, labels: dict[str, str]) -> str:
+    if rec.decision.strategy == "none":  # nothing to enable: what would change the decision instead
+        changes = [unlock_text(u, rec.engine, labels) for u in rec.unlocks] + measure_next(rec, labels)
+        return _items(changes or ["Nothing this profile can provide: every option is predicted slower."])
     items = "".join(f"<li><b>{_e(s.name)}</b> — {_e(s.action)}<br><span class=\"muted\">Gate: {_e(s.gate)}</span></li>"
                     for s in rec.rollout)
     return f"<ol>{items}</ol>"
 
 
-def _per_task(rec: Recommendation) -> str:
+def _per_task(rec: Recommendation, labels: dict[str, str]) -> str:
     rows = []
     for t in rec.per_task:
         rng = t.alpha_range
         alpha = "—" if t.alpha is None else fraction(t.alpha) + (
             f" ({fraction(rng[0])}–{fraction(rng[1])})" if rng else "")
-        rows.append([_e(t.task), f"{t.weight:.0%}", _e(t.strategy), _e(alpha), _badge(t.evidence, t.measured_on),
+        rows.append([_e(t.task), f"{t.weight:.0%}", _e(label(t.strategy, labels)), _e(alpha),
+                     _badge(t.evidence, t.measured_on),
                      _e(_x(t.predicted_speedup.mean)), _e(_x(t.deployed_speedup))])
     return _table(["task", "share", "best strategy", "α (range)", "evidence", "best alone", "deployed"], rows,
                   {1, 5, 6})
@@ -161,24 +208,26 @@ def _schedule(rec: Recommendation) -> str:
     on = rec.evidence.measured_on
     note = f'<p class="muted">Speedups measured on {_e(on)}.</p>' if on else ""
     rows = [[_e(c) for c in cells] for cells in schedule_rows(rec)]
-    return note + _table([name for name, _ in SCHEDULE_COLUMNS], rows, {2, 3})
+    notes = "".join(f'<p class="muted">{_code(n)}</p>' for n in schedule_footnotes(rec))
+    return note + _table([name for name, _ in SCHEDULE_COLUMNS], rows, {2, 3}) + notes
 
 
-def _alternatives(rec: Recommendation) -> str:
+def _alternatives(rec: Recommendation, labels: dict[str, str]) -> str:
     rows = []
     for c in rec.alternatives:
         t = c.tree
         setting = (f"depth {t.depth}, top-k {t.topk}, {t.num_draft_tokens} tokens" if t
                    else f"N={c.num_speculative_tokens}")
         p = c.predicted_speedup
-        rows.append([_e(c.strategy), _e(setting), _e(f"{_x(p.mean)} ({_x(p.low)}–{_x(p.high)})"),
+        rows.append([_e(label(c.strategy, labels)), _e(setting), _e(f"{_x(p.mean)} ({_x(p.low)}–{_x(p.high)})"),
                      _e(fraction(c.break_even_alpha)), "yes" if c.feasible and c.engine_supported else "no",
                      _e("; ".join(c.notes))])
-    return _table(["strategy", "setting", "speedup (range)", "break-even α", "deployable", "notes"], rows, {3})
+    return _table(["strategy", "setting", "speedup (range)", "break-even α", "runs here", "notes"], rows, {3})
 
 
-def _engines(configs: dict[str, Any]) -> str:
-    if not configs:
+def _engines(rec: Recommendation) -> str:
+    configs = rec.engine_configs
+    if not configs or rec.decision.strategy == "none":
         return "<p>No engine config: speculation stays off.</p>"
     parts = []
     for i, (name, cfg) in enumerate(configs.items()):
@@ -249,13 +298,43 @@ def _gain_words(result: Result) -> list[str]:
             f"{'above' if s.mean[0] >= 1.0 else 'below'} 1x at every N drawn"
         out.append(f"{s.label}: {where}; deployed N = {result.recommendation.decision.num_speculative_tokens}")
     if result.gain_batch:
-        out += [f"batch {cells[0]}: {cells[1]} draft tokens, {cells[2]}"
-                for cells in schedule_rows(result.recommendation)]
+        out += [schedule_words(cells) for cells in schedule_rows(result.recommendation)]
     return out
 
 
-def html_page(result: Result, title: str | None = None) -> str:
-    """The whole page as one string (UTF-8 HTML5, no external references)."""
+def schedule_words(cells: list[str]) -> str:
+    """One schedule row in words, under the batch plot: "batch 1–64: 2 draft tokens, 1.25x → 1.02x"."""
+    k = cells[1]
+    tokens = "speculation off" if k.startswith("off") else (
+        plural(int(k.split()[0]), "draft token") + k[len(k.split()[0]):])
+    return f"batch {cells[0]}: {tokens}, {cells[2]}"
+
+
+def _code(text: str) -> str:
+    """``text`` escaped, its `backticked` spans (commands, plugin and field names) as <code>."""
+    parts = _e(text).split("`")
+    return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
+
+
+def _glossary(rec: Recommendation, result: Result) -> str:
+    terms = glossary(rec, tau=bool(result.measured))
+    return "<dl>" + "".join(f"<dt><b>{_e(t)}</b></dt><dd>{_code(m)}</dd>" for t, m in terms) + "</dl>"
+
+
+def _named(result: Result, labels: dict[str, str]) -> Result:
+    """The result's plotted series with strategies in the plan's words (the Result keeps plugin names)."""
+    return dataclasses.replace(
+        result, gain_n=tuple(dataclasses.replace(s, label=relabel(s.label, labels)) for s in result.gain_n),
+        gain_batch=tuple(dataclasses.replace(s, label=relabel(s.label, labels)) for s in result.gain_batch),
+        alpha=tuple(dataclasses.replace(p, strategy=label(p.strategy, labels)) for p in result.alpha),
+        measured=tuple(dataclasses.replace(c, strategy=label(c.strategy, labels)) for c in result.measured))
+
+
+def html_page(result: Result, title_text: str | None = None) -> str:
+    """The whole page as one string (UTF-8 HTML5, no external references); its title is the
+    profile's name, its description under it (``title_text`` replaces the name)."""
+    labels = strategy_labels()
+    result = _named(result, labels)
     rec = result.recommendation
     d = rec.decision
     alpha_uri = plots.alpha_by_task(list(result.alpha))
@@ -266,24 +345,31 @@ def html_page(result: Result, title: str | None = None) -> str:
     on = rec.evidence.measured_on
     label = f'<p class="muted">Resting partly on measurements of {_e(on)}, not of the deployed model.</p>' if on else ""
     notes = "".join(f"<li>{_e(n)}</li>" for n in result.notes)
+    off = d.strategy == "none"
     body = {
-        "decision": ("Decision", _decision(rec)),
-        "rollout": ("Rollout", _rollout(rec)),
-        "per-task": ("Per task type", _per_task(rec)),
+        "inputs": ("Inputs", _inputs(rec)),
+        "decision": ("Decision", _decision(rec, labels)),
+        "rollout": ("What would change it" if off else "Rollout", _rollout(rec, labels)),
+        "per-task": ("Per task type", _per_task(rec, labels)),
         "alpha": ("α per task type", label + _img(alpha_uri, "plot-alpha", "alpha per task type with intervals")),
         "gain": ("Predicted gain", label + _img(n_uri, "plot-gain-n", "predicted speedup against N")
                  + _img(b_uri, "plot-gain-batch", "predicted speedup against batch size, as deployed")
                  + (f"<ul class=\"muted\">{cross}</ul>" if cross else "")),
         "schedule": ("Batch schedule", _schedule(rec)),
         "measured": ("Measured against predicted", _measured(result, m_uri)),
-        "alternatives": ("Alternatives", _alternatives(rec)),
-        "engine-configs": ("Engine configs", _engines(rec.engine_configs)),
+        "alternatives": ("Alternatives", _alternatives(rec, labels)),
+        "engine-configs": ("Engine configs", _engines(rec)),
         "evidence": ("Evidence", _evidence(rec) + (f"<ul class=\"muted\">{notes}</ul>" if notes else "")),
+        "glossary": ("Glossary", _glossary(rec, result)),
     }
     sections = "".join(f'<section id="{sid}"><h2>{_e(body[sid][0])}</h2>{body[sid][1]}</section>' for sid in SECTIONS)
-    name = title or f"Speculative decoding plan: {rec.profile}"
+    name, about = title(rec)
+    name = title_text or name
+    about_html = f"<p>{_e(about)}</p>" if about else ""
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             f"<title>{_e(name)}</title><style>{CSS}</style></head><body><main>"
-            f"<h1>{_e(name)}</h1><p class=\"muted\">engine {_e(rec.engine)} · generated by specpick report</p>"
+            f"<h1>{_e(name)}</h1>{about_html}<p class=\"muted\">engine {_e(rec.engine)} · from "
+            f"{_e(rec.inputs.file if rec.inputs and rec.inputs.file else rec.profile)}"
+            " · generated by specpick report</p>"
             f"{sections}</main><script>{JS}</script></body></html>\n")
