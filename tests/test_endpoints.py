@@ -51,7 +51,7 @@ def test_sglang_arithmetic_is_exact_and_estimates_the_known_rates(tmp_path: Path
                          "--limit-per-task", "40", "--max-new-tokens", "200", "--no-early-stop",
                          "--concurrency", "4")
         assert result.exit_code == 0, result.output
-        log = server.log
+        log = server.log[1:]  # the first request is the profiler's untimed warm-up (picker.profiler.source.WARMUP)
         server_avg = server.total_accept_tokens / server.total_forwards
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["run"]["status"] == "complete"
@@ -86,7 +86,7 @@ def test_older_sglang_formats(tmp_path: Path, version: str) -> None:
         result = profile(server.url, tmp_path, "--tasks", "math", "--temperatures", "0.7", "--limit-per-task", "6",
                          "--max-new-tokens", "30", "--no-early-stop")
         assert result.exit_code == 0, result.output
-        log = server.log
+        log = server.log[1:]  # the first request is the profiler's untimed warm-up (picker.profiler.source.WARMUP)
     cell = json.loads((tmp_path / "summary.json").read_text())["cells"][0]
     want = _expected(log, {r["text"] for r in log}, depth=2)
     assert all(r["temperature"] == 0.7 for r in log)
@@ -107,7 +107,7 @@ def test_spec_bench_file_runs_category_by_category(tmp_path: Path) -> None:
         result = profile(server.url, tmp_path / "run", "--prompts", str(questions), "--category-map",
                          "qa=rag", "--temperatures", "0", "--max-new-tokens", "20", "--no-early-stop")
         assert result.exit_code == 0, result.output
-        log = server.log
+        log = server.log[1:]  # the first request is the profiler's untimed warm-up (picker.profiler.source.WARMUP)
     cells = json.loads((tmp_path / "run" / "summary.json").read_text())["cells"]
     assert {(c["task"], c["samples"]) for c in cells} == {("creative", 4), ("code", 4), ("math", 2), ("rag", 2)}
     # Turn 2 is sent after turn 1's generation, inside the conversation.
@@ -196,7 +196,7 @@ def test_sglang_without_speculation_is_refused(tmp_path: Path) -> None:
 
 
 def test_failure_mid_run_keeps_every_finished_record(tmp_path: Path) -> None:
-    with SGLangDouble(rates=[0.8], steps=1, fail_after=5) as server:
+    with SGLangDouble(rates=[0.8], steps=1, fail_after=6) as server:  # 5 timed after the warm-up
         result = profile(server.url, tmp_path, "--tasks", "math", "--limit-per-task", "12", "--concurrency", "1",
                          "--no-early-stop")
     _one_error_line(result, "HTTP 500", "partial summary kept")
