@@ -103,9 +103,11 @@ def options_for(profile: WorkloadProfile, plugins: dict[str, StrategyPlugin], ta
     for plugin in plugins.values():
         caps = plugin.capabilities
         feasible, notes = feasibility(plugin, profile, target)
+        refused: dict[int, str | None] = {}  # the hook is probed at a shape (top-k), not a length: once per top-k
         for config in configs_for(caps, artifact_heads(caps, profile)):
-            why_not = engine_support(caps, profile.engine.name, config.is_tree) or version_refusal(
-                profile.engine.name, plugin, config.topk, profile.engine.version)
+            if config.topk not in refused:
+                refused[config.topk] = version_refusal(profile.engine.name, plugin, config.topk, profile.engine.version)
+            why_not = engine_support(caps, profile.engine.name, config.is_tree) or refused[config.topk]
             out.append(Option(plugin, config, feasible, why_not is None,
                               (*notes, why_not) if why_not else tuple(notes)))
     return out
