@@ -28,7 +28,7 @@ from picker.tasks.builtin import BUILDERS
 from picker.tasks.encoding import encode_prompt
 
 MAX_NEW = 32          # greedy tokens compared per prompt
-PER_TASK = 3          # 7 built-in task types x 3 = 21 prompts
+PER_TASK = 3          # every built-in task type x 3 (8 types: 24 prompts)
 
 
 def agreement_prompts() -> list[Prompt]:

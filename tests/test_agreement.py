@@ -1,6 +1,6 @@
 """The reference engine's greedy tokens equal transformers' ``generate`` on the zoo, token id by id.
 
-21 built-in prompts (every task type), encoded once by ``picker.tasks.encoding.encode_prompt``; both
+Three built-in prompts of every task type, encoded once by ``picker.tasks.encoding.encode_prompt``; both
 decode 32 greedy tokens with no EOS stop. transformers runs the same weights through its own cache
 and attention path, so the expected result is bit-for-bit agreement; a divergence is tolerated
 only as a near tie (``tests/agreement.py``) and is printed with both sides' top-2 log-probs.

@@ -1,10 +1,11 @@
 """vLLM and llama.cpp decode the same greedy token ids as the reference engine (marker ``engines``).
 
-The 21 prompts of ``tests/test_agreement.py`` (every built-in task type), encoded once by
+The prompts of ``tests/test_agreement.py`` (every built-in task type, three each), encoded once by
 ``picker.tasks.encoding.encode_prompt``, 32 greedy tokens each, served by a plain (non-speculative)
-server of the zoo target on 127.0.0.1:
+server of the zoo target on 127.0.0.1. The text an engine gets is ``render_turn``'s, as the
+profilers send it: a chat-formatted prompt (``raw=False``, e.g. ``agentic``) carries its role tags.
 
-- vLLM (CPU build, float32) gets the prompt as TEXT, as the profilers send it: the prompt ids it
+- vLLM (CPU build, float32) gets the prompt as TEXT: the prompt ids it
   reports back (``return_token_ids``) must equal ours, so our one encoding function and the
   engine's tokenizer agree, and then its output ids are compared. ``ignore_eos`` only skips the
   stop in vLLM (EOS stays selectable), which is the reference's no-EOS-stop decoding exactly.
@@ -34,6 +35,7 @@ import torch
 from picker.engine.backend import TorchBackend
 from picker.profiler.llamacpp_server import local_server
 from picker.profiler.vllm_server import Server
+from picker.tasks import render_turn
 from picker.tasks.agreement import first_divergence
 from picker.tasks.encoding import load_prompt_tokenizer
 from picker.zoo.resolve import zoo_paths
@@ -122,7 +124,7 @@ def test_vllm_greedy_ids_equal_the_reference(reference: dict[str, Any], tmp_path
         server.wait_up()
         for row in reference["rows"]:
             out = _post(f"{server.url}/v1/completions", {
-                "model": model, "prompt": row["prompt"].turns[0], "max_tokens": MAX_NEW, "temperature": 0.0,
+                "model": model, "prompt": render_turn(row["prompt"], 0, []), "max_tokens": MAX_NEW, "temperature": 0.0,
                 "ignore_eos": True, "return_token_ids": True, "logprobs": 2, "return_tokens_as_token_ids": True})
             choice = out["choices"][0]
             assert choice["prompt_token_ids"] == row["ids"], f"{row['prompt'].id}: vLLM tokenized the text otherwise"
@@ -153,7 +155,8 @@ def test_llamacpp_greedy_ids_equal_the_reference(reference: dict[str, Any], tmp_
     with _llama_server(tmp_path) as url:
         for row in reference["rows"]:
             # The GGUF's own tokenizer on the text, special tokens as its metadata says.
-            ids = _post(f"{url}/tokenize", {"content": row["prompt"].turns[0], "add_special": True})["tokens"]
+            text = render_turn(row["prompt"], 0, [])
+            ids = _post(f"{url}/tokenize", {"content": text, "add_special": True})["tokens"]
             tokenized_alike += ids == row["ids"]
             out = _post(f"{url}/completion", {
                 "prompt": row["ids"], "n_predict": MAX_NEW, "ignore_eos": True, "temperature": 0.0,
