@@ -77,15 +77,25 @@ def poisson_quantile(lam: float, q: float) -> int:
 
 def gap_quantile(atoms: Sequence[tuple[float, float]], q: float) -> float:
     """The q-quantile (inverted CDF, as the profiler's) of a distribution of (value, probability) atoms."""
+    return gap_quantiles(atoms, (q,))[0]
+
+
+def gap_quantiles(atoms: Sequence[tuple[float, float]], qs: Sequence[float]) -> tuple[float, ...]:
+    """:func:`gap_quantile` at each of ``qs`` (ascending), from one sort of the atoms."""
     total = sum(p for _, p in atoms)
     if total <= 0:
-        return 0.0
-    acc = 0.0
+        return tuple(0.0 for _ in qs)
+    out: list[float] = []
+    acc, i = 0.0, 0
     for value, p in sorted(atoms):
         acc += p / total
-        if acc >= q - 1e-12:
-            return value
-    return max(v for v, _ in atoms)
+        while i < len(qs) and acc >= qs[i] - 1e-12:
+            out.append(value)
+            i += 1
+        if i == len(qs):
+            return tuple(out)
+    top = max(v for v, _ in atoms)
+    return (*out, *(top for _ in qs[i:]))
 
 
 def joint_prefill(prefill_s: float, k: int, joint_share: float = 1.0) -> float:
@@ -132,8 +142,8 @@ def latency(step_seconds: float, tokens_per_step: float, prefill_s: float, ttft_
     lam = prefills_per_gap(batch, output_tokens, tokens_per_step, requests)
     atoms = gap_atoms(step_seconds, prefill_s, lam, joint_share=joint_share)
     mean_gap = step_seconds + sum(p * (v - step_seconds) for v, p in atoms)
-    return Latency(ttft_ms=1e3 * ttft_s, itl_ms_p50=1e3 * gap_quantile(atoms, P50),
-                   itl_ms_p99=1e3 * gap_quantile(atoms, P99),
+    p50, p99 = gap_quantiles(atoms, (P50, P99))
+    return Latency(ttft_ms=1e3 * ttft_s, itl_ms_p50=1e3 * p50, itl_ms_p99=1e3 * p99,
                    tpot_ms_mean=1e3 * mean_gap / max(tokens_per_step, 1e-9), step_ms=1e3 * step_seconds,
                    tokens_per_step=tokens_per_step, prefills_per_gap=lam)
 
@@ -192,7 +202,8 @@ def pooled_latency(shares: Sequence[Share], output_tokens: float, batch: int) ->
         step += share * 1e3 * s.step_s
         length += share * s.tokens_per_step
     lam = prefills_per_gap(batch, output_tokens, length)
-    return Latency(ttft, 1e3 * gap_quantile(atoms, P50), 1e3 * gap_quantile(atoms, P99), tpot, step, length, lam)
+    p50, p99 = gap_quantiles(atoms, (P50, P99))
+    return Latency(ttft, 1e3 * p50, 1e3 * p99, tpot, step, length, lam)
 
 
 def plain_step_seconds(ctx: CostContext, batch: int) -> float:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -45,6 +46,24 @@ def test_other_prefills_land_in_the_gaps_and_cost_the_same_per_token() -> None:
     assert spec.prefills_per_gap > plain.prefills_per_gap
     per_token = (spec.tpot_ms_mean - 15.0 / 2.5, plain.tpot_ms_mean - 10.0)
     assert per_token[0] == pytest.approx(per_token[1], rel=0.02)
+
+
+def test_gap_quantiles_are_the_inverted_cdf_of_the_atoms() -> None:
+    """One sort serves every quantile: each equals numpy's inverted-CDF quantile (the profiler's)
+    of the atoms written out as samples in proportion to their probability."""
+    from policies.latency_model import gap_quantile, gap_quantiles
+
+    rng = np.random.default_rng(7)
+    for _ in range(50):
+        values = rng.choice([5.0, 10.0, 12.5, 40.0, 90.0], size=int(rng.integers(1, 6)), replace=False)
+        counts = rng.integers(1, 40, size=len(values))
+        atoms = [(float(v), float(c) / 7.0) for v, c in zip(values, counts)]
+        samples = np.repeat(values, counts)
+        qs = (0.10, 0.50, 0.90, 0.99)
+        want = tuple(float(np.quantile(samples, q, method="inverted_cdf")) for q in qs)
+        assert gap_quantiles(atoms, qs) == pytest.approx(want)
+        assert tuple(gap_quantile(atoms, q) for q in qs) == pytest.approx(want)
+    assert gap_quantiles([], (0.5, 0.99)) == (0.0, 0.0)
 
 
 def test_pooled_shares_weight_gaps_by_steps() -> None:

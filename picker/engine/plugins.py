@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -234,12 +235,21 @@ class PluginError(RuntimeError):
     """A plugin that cannot be registered (duplicate or reserved name, wrong object)."""
 
 
+_FOUND: dict[tuple[bool, tuple[str, ...]], dict[str, StrategyPlugin]] = {}  # load_strategies' per search path
+
+
 def load_strategies(only_builtin: bool | None = None) -> dict[str, StrategyPlugin]:
     """Discover every strategy registered under ``specpicker.strategies``; fail fast on conflicts."""
     from importlib.metadata import entry_points
 
     if only_builtin is None:
         only_builtin = os.environ.get("SPECPICKER_PLUGINS", "") == "builtin"
+    # Scanning every installed distribution's metadata costs ~5 ms, and one plan validates strategy
+    # names several times: what was found is kept per search path (a folder put on sys.path, as a
+    # --target install is, is a new search; a pip install into a running process is not seen).
+    key = (only_builtin, tuple(sys.path))
+    if key in _FOUND:
+        return dict(_FOUND[key])
     found: dict[str, StrategyPlugin] = {}
     for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
         if only_builtin and not ep.value.startswith(BUILTIN_MODULE_PREFIX):
@@ -255,6 +265,7 @@ def load_strategies(only_builtin: bool | None = None) -> dict[str, StrategyPlugi
             raise PluginError(f"strategy {plugin.name!r} is registered twice")
         check_plugin(plugin)
         found[plugin.name] = plugin
+    _FOUND[key] = dict(found)
     return found
 
 
