@@ -15,9 +15,9 @@ from typing import Any
 # What one draft step costs, by the plugin's declared draft_cost, in a practitioner's words.
 DRAFT_COST_WORDS = {
     "draft_model": "one forward of the separate draft model per drafted token",
-    "target_layer": "one target-sized decoder layer per drafted token (an EAGLE-style head)",
+    "target_layer": "one target-sized decoder layer per drafted token (an EAGLE head, an MTP module)",
     "heads": "small heads on the target's last hidden state (Medusa-style), no extra forward",
-    "cpu_lookup": "a lookup on the host (prompt n-grams), no forward",
+    "cpu_lookup": "a lookup on the host in text already seen (the request, or also earlier responses), no forward",
     "in_forward": "nothing apart: the guesses ride in the target's own forward",
 }
 # What bounds a forward (policies.loadcurve regimes), in words.
