@@ -288,6 +288,24 @@ def test_plain_url_baseline_reaches_the_summary(tmp_path: Path) -> None:
     assert cell["speedup_vs_plain"] is not None and cell["v_vs_plain_forward"] is None
 
 
+def test_sglang_plain_url_baseline_reaches_the_summary(tmp_path: Path) -> None:
+    """SGLang too times plain decoding on a second server (the plan's measure command asks for it):
+    the plain double (launched without ``--speculative-algorithm``: one token a forward, no ``spec_*``
+    fields) gets the same prompts, and its tokens become the baseline of ``speedup_vs_plain``."""
+    with SGLangDouble(rates=[0.9, 0.7], steps=2, step_delay=0.002) as spec, \
+            SGLangDouble(rates=[], steps=0, algorithm=None, step_delay=0.002) as plain:
+        result = profile(spec.url, tmp_path, "--tasks", "math", "--limit-per-task", "2", "--temperatures", "0",
+                         "--no-early-stop", "--concurrency", "1", "--max-new-tokens", "16", "--plain-url", plain.url)
+        plain_texts = [r["text"] for r in plain.log]
+        spec_texts = [r["text"] for r in spec.log]
+    assert result.exit_code == 0, result.output
+    assert plain_texts[1:] and sorted(plain_texts[1:]) == sorted(spec_texts[1:])  # after each one's warm-up
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert [(b["task"], b["tokens"]) for b in summary["baselines"]] == [("math", 32)]
+    (cell,) = summary["cells"]
+    assert cell["speedup_vs_plain"] is not None
+
+
 def test_vllm_wave_span_is_its_requests_not_the_counter_reads(tmp_path: Path) -> None:
     """Throughput is tokens over the wave's span; for vLLM that span runs from the first request sent
     to the last answered. The ``/metrics`` reads around a speculative wave (one before, two or more

@@ -81,6 +81,29 @@ def test_the_real_llamacpp_deployment_leaves_speculation_off_and_says_what_to_me
     assert cmd in rec.decision.temperature_switch.reason and cmd in " ".join(rec.rationale)
 
 
+def test_every_measure_command_is_one_the_profiler_takes() -> None:
+    """The command an undecided range names runs as printed: every flag is one ``specpick profile``
+    declares, and each times plain decoding on a second server of the same engine (``--plain-url``),
+    as the A/B gain it asks for needs (SGLang, vLLM and llama.cpp alike)."""
+    import shlex
+
+    import typer.main
+
+    from picker.cli.main import app
+
+    takes = {o for p in typer.main.get_command(app).commands["profile"].params for o in p.opts}  # type: ignore[attr-defined]
+    seen = []
+    for profile, measurements in [*_shipped(), (QWEN, QWEN_STRADDLING)]:
+        rec = recommend_inputs(load_inputs(profile, measurements)).recommendation
+        for row in rec.decision.batch_schedule:
+            if row.measure and row.measure.startswith("specpick profile "):
+                seen.append(rec.engine)
+                flags = [w for w in shlex.split(row.measure) if w.startswith("--")]
+                assert set(flags) <= takes, (profile.stem, sorted(set(flags) - takes))
+                assert "--plain-url" in flags and "--url" in flags, (profile.stem, row.measure)
+    assert {"sglang", "llama_cpp"} <= set(seen), seen  # both kinds of engine are among the shipped plans
+
+
 def _with_ab_gain(tmp_path: Path, low: float, high: float) -> Path:
     """The earlier summary plus ngram N=1 cells (the N=4 cells' acceptance) carrying an A/B gain."""
     data = json.loads(QWEN_STRADDLING.read_text())

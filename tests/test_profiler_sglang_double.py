@@ -131,11 +131,12 @@ class SGLangDouble(Loopback):
 
     ``version``: ``newest`` (spec_num_correct_drafts + spec_correct_drafts_histogram), ``mid``
     (spec_accept_token_num + spec_accept_histogram) or ``old`` (spec_verify_ct only).
+    ``algorithm=None``: a plain server (no speculation: one token a forward, no ``spec_*`` fields).
     ``fail_after``: answer HTTP 500 to every ``/generate`` after that many requests; ``delay``:
     seconds each ``/generate`` takes (so a test can kill a run in the middle).
     """
 
-    def __init__(self, rates: list[float], steps: int, *, version: str = "newest", algorithm: str = "EAGLE3",
+    def __init__(self, rates: list[float], steps: int, *, version: str = "newest", algorithm: str | None = "EAGLE3",
                  seed: int = 0, fail_after: int | None = None, topk: int = 1, delay: float = 0.0,
                  step_delay: float = 0.0) -> None:
         super().__init__(self._handle)
@@ -203,8 +204,10 @@ class SGLangDouble(Loopback):
             self.total_forwards += verify_ct
         meta: dict[str, Any] = {"id": f"req-{len(self.log)}", "prompt_tokens": len(text.split()),
                                 "completion_tokens": tokens, "finish_reason": {"type": "length", "length": max_new},
-                                "spec_verify_ct": verify_ct}
-        if self.version == "newest":
+                                **({"spec_verify_ct": verify_ct} if self.algorithm is not None else {})}
+        if self.algorithm is None:  # a server launched without --speculative-algorithm reports no spec_*
+            pass
+        elif self.version == "newest":
             meta.update(spec_num_correct_drafts=correct, spec_accepted_drafts=correct,
                         spec_num_proposed_drafts=verify_ct * self.steps,
                         spec_accept_rate=correct / max(1, verify_ct * self.steps),

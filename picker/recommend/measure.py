@@ -28,7 +28,6 @@ from picker.recommend.uncertainty import ENABLE_MARGIN
 # The profiler's backend for each engine it can drive live, and the engine's default port.
 BACKENDS: dict[str, tuple[str, int]] = {"llama_cpp": ("llamacpp", 8080), "vllm": ("vllm", 8000),
                                         "sglang": ("sglang", 30000)}
-PLAIN_URL = frozenset({"llamacpp", "vllm"})  # backends the profiler times plain decoding on (--plain-url)
 
 
 def measure_command(profile: WorkloadProfile, path: str, strategy: str, n: int, levels: Sequence[int]) -> str:
@@ -49,7 +48,7 @@ def measure_command(profile: WorkloadProfile, path: str, strategy: str, n: int, 
                 f"{conc}, configurations interleaved, until the gain's 95% interval is within "
                 f"±{ENABLE_MARGIN:.0%}")
     backend, port = BACKENDS[engine]
-    plain = f" --plain-url http://127.0.0.1:{port + 1}" if backend in PLAIN_URL else ""
+    plain = f" --plain-url http://127.0.0.1:{port + 1}"  # every live backend times plain decoding there
     name = profile.name or "profile"
     return (f"specpick profile --backend {backend} --url http://127.0.0.1:{port}{plain} --workload {path or name} "
             f"--strategies {strategy} {shape} --tasks {tasks} --temperatures {temps} --concurrency {conc} "
