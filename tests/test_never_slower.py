@@ -14,6 +14,7 @@ import pytest
 
 from picker.inputs.workload import load_profile
 from picker.recommend.costs import choose_costs, model_cost
+from picker.recommend.engine_configs import CONCURRENCY_CAP_FLAGS
 from picker.recommend.evidence_index import index_evidence
 from picker.recommend.pipeline import load_inputs, recommend_inputs
 from picker.recommend.uncertainty import ENABLE_LOW, measured_low, widened
@@ -47,6 +48,9 @@ def test_no_enabled_range_of_a_shipped_plan_can_be_slower(profile: Path, measure
             continue
         if d.max_concurrency is not None and r.min_batch > d.max_concurrency:
             assert r.uncertain and r.measure, r
+            # ...and the plan names the engine's own flag that holds the cap.
+            flag = CONCURRENCY_CAP_FLAGS[result.recommendation.engine]
+            assert f"{flag} {d.max_concurrency} caps it" in " ".join(result.recommendation.warnings), profile.stem
             continue
         assert r.predicted_speedup_range is not None
         shape = deployed.shapes.get(r.num_speculative_tokens, deployed.chosen)

@@ -32,7 +32,13 @@ from picker.recommend.contract import (
     TemperatureSwitch,
     TreeShape,
 )
-from picker.recommend.engine_configs import ENGINE_GREEDY, ScheduleEntry, build_engine_configs, runs_batch_schedule
+from picker.recommend.engine_configs import (
+    CONCURRENCY_CAP_FLAGS,
+    ENGINE_GREEDY,
+    ScheduleEntry,
+    build_engine_configs,
+    runs_batch_schedule,
+)
 from picker.recommend.figures import fraction, rounded, times
 from picker.recommend.latency import itl_gate, plain_misses, plan_latency, slo_blocked, typical_itl
 from picker.recommend.measure import measure_command
@@ -290,7 +296,8 @@ def _fixed_length_warning(table: ScoredTable, deployed: Deployment, cap: int | N
     return [f"{engine} cannot change the draft length by batch size for this configuration: it drafts "
             f"{deployed.chosen.config.depth} at every batch, and above batch {cap} its predicted range "
             f"({times(lo)}-{times(hi)} at batch {row.min_batch}) no longer clears {times(ENABLE_LOW)}; keep the "
-            f"server's concurrency at or below {cap} (the plan's max_concurrency), or measure there first: "
+            f"server's concurrency at or below {cap} (the plan's max_concurrency: {CONCURRENCY_CAP_FLAGS[engine]} "
+            f"{cap} caps it, and requests above it wait in the queue), or measure there first: "
             f"`{row.measure}`"]
 
 

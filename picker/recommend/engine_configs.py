@@ -80,6 +80,14 @@ KNOWN_BUILDS: dict[str, tuple[str, ...]] = {"llama_cpp": ("0c1e570",)}
 SCHEDULES_SINCE: dict[str, str | None] = {"sglang": "0.5.23", "vllm": "0.24.0", "tensorrt_llm": "1.4.0rc4",
                                           "llama_cpp": None}
 
+# The server flag that caps how many requests run at once (more wait in its queue): how a plan's
+# max_concurrency is held where the engine drafts one length at every batch. SGLang 0.5.23
+# arg_groups/fields/schedule.py (max_running_requests), vLLM 0.32.0 engine/arg_utils.py
+# (--max-num-seqs), llama.cpp 0c1e570 common/arg.cpp (-np/--parallel: slots), TensorRT-LLM's
+# LLM API max_batch_size (llm_args.py).
+CONCURRENCY_CAP_FLAGS = {"sglang": "--max-running-requests", "vllm": "--max-num-seqs",
+                         "tensorrt_llm": "max_batch_size", "llama_cpp": "--parallel"}
+
 # Which engines verify token trees (vLLM removed tree verification; llama.cpp drafts chains).
 ENGINE_VERIFIES_TREES = {"sglang": True, "vllm": False, "tensorrt_llm": True, "llama_cpp": False}
 
