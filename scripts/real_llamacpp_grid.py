@@ -101,6 +101,11 @@ def run(a: argparse.Namespace) -> int:
             if (out / "counters.json").exists() and not a.redo:
                 print(f"{name}: done already ({out}); --redo to measure again", flush=True)
                 continue
+            if a.redo and out.exists():  # the profiler refuses a folder holding records: keep the old run aside
+                kept = a.out / "earlier" / f"{name}-{time.strftime('%Y%m%dT%H%M%S')}"  # out of rows()' glob
+                kept.parent.mkdir(exist_ok=True)
+                out.rename(kept)
+                print(f"{name}: the earlier run moved to {kept}", flush=True)
             with local_server(a.server, target, [*METRICS, *args, *extra], a.out / f"{name}.log",
                               threads=a.threads, slots=a.slots) as url:
                 cmd = profile_command(url, plain_url, strategy, n, out, a)
