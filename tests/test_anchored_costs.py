@@ -79,7 +79,7 @@ def test_the_step_cost_the_plan_reports_is_the_one_it_scored_with(sources: Sourc
     weights = [(b.weight, step_ratio(candidate(index, costs.ctx, o, b))) for b in bs]  # all at batch 1
     assert cost.step_ratio == pytest.approx(sum(w * r for w, r in weights) / sum(w for w, _ in weights), rel=1e-6)
     assert cost.step_ratio > model_cost(costs, o, 1).step_ratio * 1.05
-    # The shipped cells (re-measured with plain and ngram N = 1 interleaved, 5 rounds per task) put
+    # The shipped cells (re-measured with plain and ngram N = 1 interleaved, 6 ABBA rounds per task) put
     # ngram N = 1 below plain on this deployment: the plan leaves speculation off; the option it
     # weighed, ngram N=1, was scored with that cost, and its break-even α is that cost's. (Before they
     # were re-measured the plan enabled ngram N = 1, which scripts/real_llamacpp_regret.py measured at 0.79x.)
