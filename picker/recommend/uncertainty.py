@@ -71,6 +71,8 @@ def ab_gains(measurements: Measurements | None) -> dict[tuple[str, Config], tupl
 def ab_at(gains: Mapping[tuple[str, Config], tuple[ABGain, ...]], option: Option, key: BucketKey) -> Speedups | None:
     """The A/B gain (gain, low, high) measured for ``option`` on the bucket's task at its batch as the
     concurrency, at the nearest temperature within ``TEMPERATURE_MATCH``; None where none was."""
+    if not gains:  # no A/B cells at all (every profile without measurements): skip hashing the option
+        return None
     task, batch, temperature = key
     near = [g for g in gains.get((option.plugin.name, option.config), ())
             if g.task == task and g.concurrency == batch and abs(g.temperature - temperature) <= TEMPERATURE_MATCH]
