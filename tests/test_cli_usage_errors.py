@@ -42,3 +42,18 @@ def test_help_is_kept(tmp_path: Path) -> None:
         assert "--help" in result.stdout
     bare = _run()  # no arguments: the help, not an error line
     assert "Usage:" in bare.stdout + bare.stderr and "error:" not in bare.stderr
+
+
+def test_help_reads_at_80_columns() -> None:
+    """At 80 columns every line of the help fits, an option's help runs in full lines (not a column of
+    ~17 characters beside boolean pairs), and each command is listed with its whole first sentence."""
+    env = {"COLUMNS": "80", "PATH": "/usr/bin:/bin"}
+    top = subprocess.run([*SPECPICK, "--help"], capture_output=True, text=True, timeout=120, env=env).stdout
+    prof = subprocess.run([*SPECPICK, "profile", "--help"], capture_output=True, text=True, timeout=120, env=env).stdout
+    for text in (top, prof):
+        assert text and max(len(line) for line in text.splitlines()) <= 80, text
+    commands = top.split("Commands:", 1)[1]
+    assert "..." not in commands and "accepts as it is." in commands  # init's sentence, whole
+    flat = " ".join(prof.split())
+    assert "sglang / vllm / llamacpp: a second server of the same target without speculation" in flat
+    assert max(len(line) - len(line.lstrip()) for line in prof.splitlines() if line.strip()) <= 40, prof

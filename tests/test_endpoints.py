@@ -255,7 +255,7 @@ def test_vllm_needs_the_strategy_named(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "--strategies" in result.stderr
 
 
-def test_plain_url_is_for_vllm_and_must_answer(tmp_path: Path) -> None:
+def test_plain_url_is_for_live_backends_and_must_answer(tmp_path: Path) -> None:
     """``--plain-url`` times plain decoding on a second live server: refused for the torch backend and
     for a "plain" server that speculates, and a plain server that does not answer ends in one line
     naming it."""

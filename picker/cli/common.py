@@ -66,6 +66,18 @@ class OneLineUsageErrors(TyperGroup):
         with _OneLine():
             return super().invoke(ctx)
 
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        """Each command with its docstring's whole first paragraph, wrapped (click would cut it to
+        the width left beside the names, ending in "...")."""
+        rows = []
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                rows.append((name, " ".join((cmd.short_help or cmd.help or "").split("\n\n")[0].split())))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
 
 class _OneLine:
     """Print a click error as ``error: <command>: <message> (see <command> --help)``, exit with its code."""

@@ -30,7 +30,10 @@ from picker.cli import (
 from picker.cli.common import OneLineUsageErrors
 from picker.zoo import cli as zoo_cli
 
+# rich_markup_mode=None: click's plain help, which wraps option help under a long option name instead of
+# squeezing it into a column of ~17 characters beside boolean pairs at 80 columns (rich's option table).
 app = typer.Typer(cls=OneLineUsageErrors, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                  rich_markup_mode=None,
                   help="Measure speculative decoding, pick a strategy, emit engine configs.")
 
 for command in (init.init, init.check, recommend.recommend, estimate.estimate, catalog.schema, catalog.strategies,

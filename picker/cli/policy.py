@@ -22,10 +22,11 @@ from typing import Annotated, Any
 
 import typer
 
-from picker.cli.common import user_errors
+from picker.cli.common import OneLineUsageErrors, user_errors
 from picker.errors import UserError, UserErrors
 
-app = typer.Typer(no_args_is_help=True, help="Fit the learned policy (the estimator behind --policy).")
+app = typer.Typer(cls=OneLineUsageErrors, no_args_is_help=True, rich_markup_mode=None,
+                  help="Fit the learned policy (the estimator behind --policy).")
 
 
 def _json_out(out: Path) -> None:

@@ -121,7 +121,7 @@ def profile(
              "chat: require the template; raw: text as it is (role tags between turns).")] = PromptFormat.auto,
     url: Annotated[str | None, typer.Option(help="sglang / vllm / llamacpp: the server's base URL.")] = None,
     plain_url: Annotated[str | None, typer.Option(
-        help="vllm / llamacpp: a second server of the same target without speculation, to time plain "
+        help="sglang / vllm / llamacpp: a second server of the same target without speculation, to time plain "
              "decoding (speedup_vs_plain, the engine's own step costs for recommend).")] = None,
     strategies: Annotated[str | None, typer.Option(
         help="Comma list (torch: default ngram,vanilla,lookahead,medusa,eagle3; live: the server's one).")] = None,
