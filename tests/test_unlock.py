@@ -67,3 +67,22 @@ def test_a_profile_with_its_head_is_offered_only_what_its_engine_lacks() -> None
     assert mine and all(not u.same_engine and u.setting.startswith("a tree") for u in mine)
     assert all(not any(p.startswith("drafters.eagle3_head") for p in u.provide) for u in mine)
     assert all(any(p.startswith("switch the engine to sglang") for p in u.provide) for u in mine)
+
+
+def test_an_off_plan_names_a_live_backend_only_where_the_profiler_has_one(tmp_path: Path) -> None:
+    """The "measure α" sentence of an off plan adds ``--backend`` for the profile's engine only where
+    ``specpick profile`` drives it live (vLLM here); TensorRT-LLM has no profiler backend, so none."""
+    from picker.recommend.words import measure_next, strategy_labels
+
+    text = (ROOT / "profiles" / "offline-batch.yaml").read_text()
+    for engine, want in (("vllm", "--backend vllm --url URL"), ("tensorrt_llm", None)):
+        path = tmp_path / f"{engine}.yaml"
+        path.write_text(text.replace("  name: vllm", f"  name: {engine}", 1))
+        rec = recommend(load_profile(path)).recommendation
+        assert rec.decision.strategy == "none" and rec.engine == engine
+        (line,) = measure_next(rec, strategy_labels())
+        assert "specpick profile --strategies" in line
+        if want is None:
+            assert "--backend" not in line, line
+        else:
+            assert want in line, line

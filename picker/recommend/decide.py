@@ -46,6 +46,7 @@ from picker.recommend.measured_load import MEASURED, AnchoredStepCost, cost_sour
 from picker.recommend.schedule import Deployment, Point, batch_schedule, merge_schedule, temperature_switch
 from picker.recommend.table import BATCH_GRID, NOT_WORTH_IT, Scored, ScoredTable, family, ranked
 from picker.recommend.uncertainty import ENABLE_LOW, clears, measured_low
+from picker.recommend.words import strategy_word
 from policies import StepCost, break_even
 
 ALTERNATIVES = 8
@@ -233,15 +234,16 @@ def _speculation_off(table: ScoredTable, usable: list[Scored], path: str, unsure
                      predicted_speedup_at_max_batch=1.0)
     if unsure is not None:
         u = unsure
-        why = (f"the best option ({_word(u.chosen)}, {u.chosen.config.label}) predicts {times(u.mean)} over "
-               f"the workload, range {times(u.low)}-{times(u.high)}: the low end does not clear {times(ENABLE_LOW)} "
-               "and no A/B gain measured at the deployment's concurrency is above 1.0x, so the evidence cannot "
-               f"tell it from slower than plain decoding; to decide it, measure: `{u.measure}`")
+        why = (f"the best option ({strategy_word(u.chosen.plugin)}, {u.chosen.config.label}) predicts "
+               f"{times(u.mean)} over the workload, range {times(u.low)}-{times(u.high)}: the low end does not "
+               f"clear {times(ENABLE_LOW)} and no A/B gain measured at the deployment's concurrency is above 1.0x, "
+               "so the evidence cannot tell it from slower than plain decoding; to decide it, measure: "
+               f"`{u.measure}`")
         row = row.model_copy(update={"predicted_speedup_range": (rounded(u.low), rounded(u.high)), "uncertain": True,
                                      "measure": u.measure})
     else:
         why = ((slo_blocked(table) or "no strategy is deployable on this profile") if not usable else
-               f"the best option ({_word(usable[0])}, {usable[0].config.label}) predicts only "
+               f"the best option ({strategy_word(usable[0].plugin)}, {usable[0].config.label}) predicts only "
                f"{times(usable[0].mean)}")
     decision = Decision(strategy="none", num_speculative_tokens=0, tree=None,
                         temperature_switch=TemperatureSwitch(above=None, action="none", reason=why),
@@ -363,12 +365,6 @@ def decide(table: ScoredTable, *, path: str = "") -> Decided:
     return Decided(rec, deployed, points)
 
 
-def _word(opt: Scored) -> str:
-    """A strategy in the plan's prose as practitioners call it: a separate model drafting is a "draft
-    model" (its plugin name, e.g. vanilla, stays in configs and JSON keys)."""
-    return "draft model" if opt.caps.needs_draft_model else opt.plugin.name
-
-
 def _rationale(table: ScoredTable, chosen: Scored, usable: list[Scored], deployed: Deployment, cost: StepCost,
                be: float) -> list[str]:
     batch, switch = table.typical_batch, deployed.switch
@@ -382,7 +378,7 @@ def _rationale(table: ScoredTable, chosen: Scored, usable: list[Scored], deploye
         priced = (f"the cost model's load curve, calibrated from {table.calibration}" if table.calibration
                   else "the cost model's load curve")
     out = [
-        f"{_word(chosen)} with {chosen.config.label} has the best token-weighted speedup over the "
+        f"{strategy_word(chosen.plugin)} with {chosen.config.label} has the best token-weighted speedup over the "
         f"workload at full depth on every batch ({times(chosen.mean)}, range {times(chosen.low)}-{times(chosen.high)}; "
         f"the headline applies the batch schedule and the temperature switch).",
         f"At the typical batch of {batch} (the batch size carrying the most traffic), one step costs "
@@ -392,7 +388,7 @@ def _rationale(table: ScoredTable, chosen: Scored, usable: list[Scored], deploye
     ]
     runner = next((o for o in usable if o.plugin.name != chosen.plugin.name), None)
     if runner is not None:
-        out.append(f"Runner-up: {_word(runner)} ({runner.config.label}) at {times(runner.mean)}.")
+        out.append(f"Runner-up: {strategy_word(runner.plugin)} ({runner.config.label}) at {times(runner.mean)}.")
     off = [r for r in deployed.ranges if r.num_speculative_tokens == 0]
     if off and not off[0].uncertain:
         out.append(f"From batch {off[0].min_batch} up, verification is no longer free enough: speculation off.")

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from picker.recommend.contract import BatchRange, Decision, Recommendation
+from picker.recommend.contract import BatchRange, Recommendation
 from picker.recommend.uncertainty import ENABLE_LOW
 
 DIGITS = 3
@@ -113,20 +113,9 @@ def schedule_rows(rec: Recommendation) -> list[list[str]]:
     return rows
 
 
-def measure_command(r: BatchRange) -> str | None:
-    """The ``specpick profile`` command that would decide an uncertain range (``BatchRange.measure``)."""
-    return r.measure
-
-
 def schedule_footnotes(rec: Recommendation) -> list[str]:
     """What goes under the schedule table: the uncertain ranges' notes, then what the columns hold."""
     return [*schedule_notes(rec), SCHEDULE_NOTE]
-
-
-def max_concurrency(d: Decision) -> int | None:
-    """Where the engine runs one setting at every batch: the concurrency to keep the server at or
-    below (``Decision.max_concurrency``; None: no cap)."""
-    return d.max_concurrency
 
 
 def schedule_notes(rec: Recommendation) -> list[str]:
@@ -135,7 +124,7 @@ def schedule_notes(rec: Recommendation) -> list[str]:
     out = []
     for i, r in enumerate(_uncertain(rec), 1):
         lo, hi = r.predicted_speedup_range or (0.0, 0.0)
-        cmd = measure_command(r)
+        cmd = r.measure
         what = "so speculation is off there" if not r.num_speculative_tokens else \
             "so this range lies above the concurrency to keep"
         how = f": `{cmd}`" if cmd else " before relying on it"

@@ -135,7 +135,7 @@ def _decision_on(rec: Recommendation, labels: dict[str, str]) -> list[str]:
     sw = d.temperature_switch
     when = f"turn it off above T = {sw.above:g}" if sw.above is not None else "no switch needed"
     out.append(f"- Temperature: {when} ({sw.reason}).")
-    cap = figures.max_concurrency(d)
+    cap = d.max_concurrency
     if cap is not None:
         out.append(f"- Concurrency: keep the server at or below {cap} sequences ({rec.engine} drafts the same "
                    "setting at every batch size).")

@@ -27,7 +27,6 @@ from picker.recommend.figures import (
     SCHEDULE_COLUMNS,
     fraction,
     headline,
-    max_concurrency,
     schedule_footnotes,
     schedule_rows,
     times,
@@ -171,7 +170,7 @@ def _decision(rec: Recommendation, labels: dict[str, str]) -> str:
         switch = "off above T = " + format(sw.above, "g") if sw.above is not None else "none"
         head += (f"<p>Temperature switch: {_e(switch)}"
                  f" — {_e(sw.reason)}.</p>")
-        cap = max_concurrency(d)
+        cap = d.max_concurrency
         if cap is not None:
             head += (f"<p>Concurrency: keep the server at or below {cap} sequences ({_e(rec.engine)} drafts the "
                      "same setting at every batch size).</p>")

@@ -12,9 +12,14 @@ option would give and what to provide.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from picker.recommend.contract import Decision, Recommendation, Unlock
-from picker.recommend.figures import fraction, measure_command, times
+from picker.recommend.figures import fraction, times
+from picker.recommend.measure import BACKENDS
+
+if TYPE_CHECKING:
+    from picker.engine.plugins import StrategyPlugin
 
 DRAFT_MODEL = "draft model"
 
@@ -23,12 +28,16 @@ def plural(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
+def strategy_word(plugin: StrategyPlugin) -> str:
+    """The name a plan prints for a strategy (declared capabilities decide, not names)."""
+    return DRAFT_MODEL if plugin.capabilities.needs_draft_model else plugin.name
+
+
 def strategy_labels() -> dict[str, str]:
-    """Registered strategy name -> the name a plan prints (declared capabilities decide, not names)."""
+    """Registered strategy name -> the name a plan prints (:func:`strategy_word`)."""
     from picker.engine.plugins import load_strategies
 
-    return {name: DRAFT_MODEL if p.capabilities.needs_draft_model else name
-            for name, p in load_strategies().items()}
+    return {name: strategy_word(p) for name, p in load_strategies().items()}
 
 
 def label(name: str, labels: Mapping[str, str]) -> str:
@@ -106,17 +115,17 @@ def measure_next(rec: Recommendation, labels: dict[str, str]) -> list[str]:
     range the evidence cannot decide, else the deployable option closest to paying and the α it needs."""
     out = []
     for r in rec.decision.batch_schedule:
-        cmd = measure_command(r)
-        if r.uncertain and cmd:
+        if r.uncertain and r.measure:
             top = "∞" if r.max_batch is None else r.max_batch
-            out.append(f"At batch {r.min_batch}–{top}, an A/B gain measured above 1.0x: `{cmd}`.")
+            out.append(f"At batch {r.min_batch}–{top}, an A/B gain measured above 1.0x: `{r.measure}`.")
     best = next((c for c in rec.alternatives if c.feasible and c.engine_supported), None)
     if not out and best is not None:
         name = label(best.strategy, labels)
+        backend = BACKENDS.get(rec.engine)  # the profiler's backend for the engine, where it drives one live
+        live = f" (add `--backend {backend[0]} --url URL` for the live server)" if backend else ""
         out.append(f"A measured α above {fraction(best.break_even_alpha)} for {name} (its break-even at the typical "
                    f"batch of {rec.typical_batch}; with the priors' α it gives {times(best.predicted_speedup.mean)}): "
                    "measure it on your traffic "
-                   f"with `specpick profile --strategies {best.strategy} --workload PROFILE --out RUN` (add "
-                   f"`--backend {rec.engine.replace('_', '')} --url URL` for the live server) and re-run "
-                   "`specpick recommend PROFILE --measurements RUN/summary.json`.")
+                   f"with `specpick profile --strategies {best.strategy} --workload PROFILE --out RUN`{live} and "
+                   "re-run `specpick recommend PROFILE --measurements RUN/summary.json`.")
     return out
