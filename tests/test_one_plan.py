@@ -90,8 +90,8 @@ def test_every_rendering_states_the_same_plan(profile: Path, measurements: Path 
         for cells in rows:
             assert "| " + " | ".join(cells) + " |" in text
     assert _html_schedule(page) == rows
-    for cells in rows:
-        assert schedule_words(cells) in html.unescape(page)
+    for r, cells in zip(rec.decision.batch_schedule, rows, strict=True):
+        assert schedule_words(r, cells) in html.unescape(page)
 
 
 @pytest.mark.parametrize(("profile", "measurements"), CASES,

@@ -51,8 +51,7 @@ def _evidence(table: ScoredTable, index: EvidenceIndex, costs: CostSource, row: 
                        "draft_share": rounded(ev.cost.draft_share), "verify_curve_points": len(ev.cost.verify)}
     else:
         out["cost"] = {"source": "roofline", "c": round(c.cost_ratio, 4), "v": rounded(c.verify_ratio),
-                       "bound": c.bound,
-                       "calibration": table.calibration}
+                       "bound": c.bound, "calibration": table.calibration}
     if b.key in row.corrections:
         out["learned_correction"] = rounded(row.corrections[b.key])
     if ev.citations:

@@ -25,7 +25,7 @@ from picker.recommend.figures import fraction, headline, times
 from picker.recommend.latency import latency_markdown
 from picker.recommend.plan_inputs import default_lines, lines
 from picker.recommend.result import Result
-from picker.recommend.words import glossary, label, measure_next, shape_text, strategy_labels, title, unlock_text
+from picker.recommend.words import glossary, label, shape_text, strategy_labels, title, unlock_text, what_would_change
 
 FORMATS = ("md", "json", "yaml")
 
@@ -77,8 +77,7 @@ def _engine_block(name: str, cfg: dict[str, Any]) -> list[str]:
         import yaml
 
         body = yaml.safe_dump({"speculative_config": cfg["speculative_config"]}, sort_keys=False).rstrip()
-        lines += ["```yaml", body,
-                  "```"]
+        lines += ["```yaml", body, "```"]
     return lines + [""]
 
 
@@ -116,8 +115,7 @@ def _why(rec: Recommendation, labels: dict[str, str]) -> list[str]:
 def _decision_off(rec: Recommendation, labels: dict[str, str]) -> list[str]:
     out = ["## Decision: leave speculative decoding off", "", "### Why", *[f"- {r}" for r in rec.rationale], "",
            "### What would change it", ""]
-    changes = [unlock_text(u, rec.engine, labels) for u in rec.unlocks] + measure_next(rec, labels)
-    out += [f"- {c}" for c in changes] or ["- Nothing this profile can provide: every option is predicted slower."]
+    out += [f"- {c}" for c in what_would_change(rec, labels)]
     return out + [""]
 
 

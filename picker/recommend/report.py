@@ -22,7 +22,7 @@ from html import escape
 from typing import Any
 
 from picker.recommend import report_plots as plots
-from picker.recommend.contract import Recommendation
+from picker.recommend.contract import BatchRange, Recommendation
 from picker.recommend.figures import (
     SCHEDULE_COLUMNS,
     fraction,
@@ -37,13 +37,13 @@ from picker.recommend.series import crossover
 from picker.recommend.words import (
     glossary,
     label,
-    measure_next,
     plural,
     relabel,
     shape_text,
     strategy_labels,
     title,
     unlock_text,
+    what_would_change,
 )
 
 SECTIONS = ("inputs", "decision", "rollout", "per-task", "alpha", "gain", "schedule", "measured", "alternatives",
@@ -183,8 +183,7 @@ def _decision(rec: Recommendation, labels: dict[str, str]) -> str:
 
 def _rollout(rec: Recommendation, labels: dict[str, str]) -> str:
     if rec.decision.strategy == "none":  # nothing to enable: what would change the decision instead
-        changes = [unlock_text(u, rec.engine, labels) for u in rec.unlocks] + measure_next(rec, labels)
-        return _items(changes or ["Nothing this profile can provide: every option is predicted slower."])
+        return _items(what_would_change(rec, labels))
     items = "".join(f"<li><b>{_e(s.name)}</b> — {_e(s.action)}<br><span class=\"muted\">Gate: {_e(s.gate)}</span></li>"
                     for s in rec.rollout)
     return f"<ol>{items}</ol>"
@@ -297,15 +296,18 @@ def _gain_words(result: Result) -> list[str]:
             f"{'above' if s.mean[0] >= 1.0 else 'below'} 1x at every N drawn"
         out.append(f"{s.label}: {where}; deployed N = {result.recommendation.decision.num_speculative_tokens}")
     if result.gain_batch:
-        out += [schedule_words(cells) for cells in schedule_rows(result.recommendation)]
+        rec = result.recommendation
+        out += [schedule_words(r, cells)
+                for r, cells in zip(rec.decision.batch_schedule, schedule_rows(rec), strict=True)]
     return out
 
 
-def schedule_words(cells: list[str]) -> str:
-    """One schedule row in words, under the batch plot: "batch 1–64: 2 draft tokens, 1.25x → 1.02x"."""
-    k = cells[1]
-    tokens = "speculation off" if k.startswith("off") else (
-        plural(int(k.split()[0]), "draft token") + k[len(k.split()[0]):])
+def schedule_words(r: BatchRange, cells: list[str]) -> str:
+    """One schedule row in words, under the batch plot: "batch 1–64: 2 draft tokens, 1.25x → 1.02x"
+    (``cells``: the row as :func:`schedule_rows` writes it, its speedup with its note's number)."""
+    k = r.num_speculative_tokens
+    tokens = "speculation off" if not k else plural(k, "draft token") + (
+        f" (off above T = {r.disable_above_temperature:g})" if r.disable_above_temperature is not None else "")
     return f"batch {cells[0]}: {tokens}, {cells[2]}"
 
 

@@ -129,3 +129,10 @@ def measure_next(rec: Recommendation, labels: dict[str, str]) -> list[str]:
                    f"with `specpick profile --strategies {best.strategy} --workload PROFILE --out RUN`{live} and "
                    "re-run `specpick recommend PROFILE --measurements RUN/summary.json`.")
     return out
+
+
+def what_would_change(rec: Recommendation, labels: dict[str, str]) -> list[str]:
+    """An "off" plan's list of what would change it (markdown and page alike): the unlocks, then
+    :func:`measure_next`; a sentence saying so where there is nothing."""
+    changes = [unlock_text(u, rec.engine, labels) for u in rec.unlocks] + measure_next(rec, labels)
+    return changes or ["Nothing this profile can provide: every option is predicted slower."]
