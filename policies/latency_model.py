@@ -122,6 +122,12 @@ def gap_atoms(step_s: float, prefill_s: float, lam: float, weight: float = 1.0,
     return out
 
 
+def tpot_ms(step_s: float, atoms: Sequence[tuple[float, float]], tokens_per_step: float) -> float:
+    """Mean TPOT of one setting, ms: its mean gap (the step plus the prefills its gaps hold, ``atoms``
+    as :func:`gap_atoms` gives them, unscaled) over the tokens a step emits."""
+    return 1e3 * (step_s + sum(p * (v - step_s) for v, p in atoms)) / max(tokens_per_step, 1e-9)
+
+
 def prefills_per_gap(batch: int, output_tokens: float, tokens_per_step: float, requests: int | None = None) -> float:
     """λ = (batch − 1) / (G + 1), G = (n − 1) / E[L] decode steps per request (module docstring).
 
@@ -141,10 +147,9 @@ def latency(step_seconds: float, tokens_per_step: float, prefill_s: float, ttft_
     ``requests``: a finite run, see :func:`prefills_per_gap`; ``joint_share``: see :func:`joint_prefill`)."""
     lam = prefills_per_gap(batch, output_tokens, tokens_per_step, requests)
     atoms = gap_atoms(step_seconds, prefill_s, lam, joint_share=joint_share)
-    mean_gap = step_seconds + sum(p * (v - step_seconds) for v, p in atoms)
     p50, p99 = gap_quantiles(atoms, (P50, P99))
     return Latency(ttft_ms=1e3 * ttft_s, itl_ms_p50=1e3 * p50, itl_ms_p99=1e3 * p99,
-                   tpot_ms_mean=1e3 * mean_gap / max(tokens_per_step, 1e-9), step_ms=1e3 * step_seconds,
+                   tpot_ms_mean=tpot_ms(step_seconds, atoms, tokens_per_step), step_ms=1e3 * step_seconds,
                    tokens_per_step=tokens_per_step, prefills_per_gap=lam)
 
 
@@ -193,11 +198,10 @@ def pooled_latency(shares: Sequence[Share], output_tokens: float, batch: int) ->
         # which then join the pool scaled by the share's part of all gaps.
         one = gap_atoms(s.step_s, s.prefill_s, prefills_per_gap(batch, output_tokens, s.tokens_per_step),
                         joint_share=s.joint_share)
-        mean_gap = s.step_s + sum(p * (v - s.step_s) for v, p in one)
         share = s.weight / total
         scale = share / max(s.tokens_per_step, 1e-9)
         atoms += [(v, p * scale) for v, p in one]
-        tpot += share * 1e3 * mean_gap / max(s.tokens_per_step, 1e-9)
+        tpot += share * tpot_ms(s.step_s, one, s.tokens_per_step)
         ttft += share * 1e3 * s.prefill_s
         step += share * 1e3 * s.step_s
         length += share * s.tokens_per_step
