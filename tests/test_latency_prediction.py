@@ -141,3 +141,12 @@ def test_nothing_deployable_says_which_target_blocks_it(tmp_path: Path) -> None:
     assert rec.decision.strategy == "none"
     assert rec.rationale == ["Leave speculation off: every option this deployment can run breaks the 21.5 ms p99 "
                              "ITL SLO that plain decoding meets (Alternatives says by how much)."]
+
+
+def test_every_latency_target_is_echoed_in_the_plans_inputs(tmp_path: Path) -> None:
+    """The inputs block states each SLO the profile gives, the TPOT target too (it read "none")."""
+    data = {**CHAT_8B, "slo": {"tpot_ms": 30, "itl_p99_ms": 80}}
+    rec = _rec(data, tmp_path)
+    assert rec.inputs is not None and (rec.inputs.slo.tpot_ms, rec.inputs.slo.itl_p99_ms) == (30, 80)
+    md = render(rec, "md")
+    assert "mean time per output token (TPOT) ≤ 30 ms" in md and "p99 inter-token latency (ITL) ≤ 80 ms" in md

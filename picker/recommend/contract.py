@@ -262,6 +262,7 @@ class SloInput(_Model):
     ttft_ms: float | None = None
     itl_p50_ms: float | None = None
     itl_p99_ms: float | None = None
+    tpot_ms: float | None = None
 
 
 class EvidenceInput(_Model):

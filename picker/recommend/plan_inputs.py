@@ -55,7 +55,7 @@ def plan_inputs(profile: WorkloadProfile, *, file: str = "", acceptance: str, st
             concurrency=[ConcurrencyInput(min_batch=c.low, max_batch=c.high, weight=c.weight) for c in t.concurrency],
             temperature=[TemperatureInput(value=p.value, weight=p.weight) for p in t.temperature],
             prompt_tokens=round(t.prompt_tokens.expected(), 1), output_tokens=round(t.output_tokens.expected(), 1)),
-        slo=SloInput(ttft_ms=profile.slo.ttft_ms, itl_p50_ms=profile.slo.itl_p50_ms, itl_p99_ms=profile.slo.itl_p99_ms),
+        slo=SloInput(**profile.slo.model_dump()),
         drafters=_drafters(profile), disabled=sorted(n for n in d.named_strategies() if d.disabled_by(n)),
         memory_headroom_gib=profile.memory_headroom_gib,
         evidence=EvidenceInput(acceptance=acceptance, step_costs=step_costs,  # type: ignore[arg-type]
@@ -102,7 +102,8 @@ def traffic_text(t: TrafficInput) -> str:
 def slo_text(s: SloInput) -> str:
     parts = [f"{label} ≤ {v:g} ms" for label, v in (("time to first token (TTFT)", s.ttft_ms),
                                                      ("median inter-token latency (ITL)", s.itl_p50_ms),
-                                                     ("p99 inter-token latency (ITL)", s.itl_p99_ms)) if v is not None]
+                                                     ("p99 inter-token latency (ITL)", s.itl_p99_ms),
+                                                     ("mean time per output token (TPOT)", s.tpot_ms)) if v is not None]
     return "; ".join(parts) or "none"
 
 

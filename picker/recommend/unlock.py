@@ -119,7 +119,7 @@ def _remedies(row: Scored, table: ScoredTable) -> list[str] | None:
     if not out or (row.option.feasible and not row.feasible):
         return None  # nothing the profile lacks, or an SLO it breaks: no unlock to name
     slo = profile.slo
-    if not row.option.feasible and any(v is not None for v in (slo.ttft_ms, slo.itl_p50_ms, slo.itl_p99_ms)):
+    if not row.option.feasible and any(v is not None for v in slo.model_dump().values()):
         # Scoring checks the latency targets only for what can run: say so rather than promise it.
         out.append("then re-run specpick recommend: its latency against the profile's SLOs is checked once it "
                    "can run")

@@ -97,7 +97,7 @@ def glossary(rec: Recommendation, *, tau: bool = False) -> list[tuple[str, str]]
     if shown or (slo is not None and (slo.itl_p50_ms is not None or slo.itl_p99_ms is not None)):
         out.append(("ITL", "inter-token latency: the time between consecutive output tokens of one request "
                            "(p99: the 99th percentile)."))
-    if shown:
+    if shown or (slo is not None and slo.tpot_ms is not None):
         out.append(("TPOT", "time per output token: a request's decoding time over its output tokens."))
     return out
 
